@@ -1,0 +1,196 @@
+// The backend interface: every kernel a device must provide. Ops in framework/ call kernels only
+// through this class; each device (backends/cpu, backends/cuda) implements all of it.
+//
+// Conventions for every entry:
+// - TensorRefs are non-owning views of contiguous row-major data on the backend's device.
+// - Half types (F16, BF16) are computed with fp32 accumulation and rounded once on output, as
+//   tensor cores do, so small values underflow and large ones overflow exactly as on a GPU.
+// - Output refs are written, never reallocated; their shape and dtype are set by the caller.
+// - A kernel throws demi::Error for an unsupported dtype or bad data (e.g. a label out of range).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "framework/core/device.h"
+#include "framework/core/dtype.h"
+#include "framework/core/shape.h"
+
+namespace demi::backend {
+
+// Non-owning view: data pointer, extents and element type. Always contiguous row-major.
+struct TensorRef {
+  void* data = nullptr;
+  Shape shape;
+  DType dtype = DType::F32;
+
+  int64_t numel() const { return shape_numel(shape); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  bool defined() const { return data != nullptr; }
+  template <typename T> T* as() const { return static_cast<T*>(data); }
+};
+
+enum class UnaryKind {
+  Neg,     // -x
+  Exp,     // e^x
+  Log,     // ln x
+  Sqrt,    // sqrt x
+  Relu,    // max(x, 0)
+  Gelu,    // x * Phi(x), the erf form (PyTorch's default)
+  Pow,     // x^alpha
+  Affine,  // alpha * x + beta (scalar add, scalar multiply, 1 - x ...)
+};
+
+enum class BinaryKind {
+  Add,
+  Sub,
+  Mul,
+  Div,
+  ReluBackward,  // a * (b > 0): a = grad_y, b = y (or x)
+  GeluBackward,  // a * gelu'(b): a = grad_y, b = x
+};
+
+enum class ReduceKind { Sum, Mean, Max };
+
+// C = alpha * op(A) @ op(B) + beta * C (+ bias), row-major, for `batch` independent products.
+// op(A) is [m, k] (A stored [k, m] when trans_a), op(B) is [k, n] (B stored [n, k] when trans_b),
+// C is [m, n]. A and B share one dtype; C may be wider (e.g. half inputs, fp32 output).
+// A batch stride of 0 reuses the same matrix for every batch (a weight shared across a batch).
+enum class Transpose { No, Yes };
+struct GemmArgs {
+  TensorRef a, b, c;
+  TensorRef bias;  // optional [n], added to every row of C (linear's fused bias)
+  Transpose trans_a = Transpose::No, trans_b = Transpose::No;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batches
+  double alpha = 1.0, beta = 0.0;
+};
+
+// 2-D convolution, NCHW, groups = 1, dilation = 1.
+// input [N, C, H, W], weight [O, C, KH, KW], output [N, O, OH, OW], bias [O] (optional), with
+// OH = (H + 2 * pad_h - KH) / stride_h + 1.
+// forward:         reads input, weight, bias        -> writes output
+// backward_data:   reads output (= grad_y), weight  -> writes input (= grad_x)
+// backward_weight: reads input, output (= grad_y)   -> writes weight (= grad_w), bias (= grad_b) if given
+struct Conv2dArgs {
+  TensorRef input, weight, output, bias;
+  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+
+// 2-D pooling, NCHW. Max pooling records, per output element, the argmax as an offset inside
+// its window (ky * KW + kx) in `indices` (U8 when KH * KW <= 256, else I64); average pooling
+// counts padding in the divisor (PyTorch's count_include_pad=True).
+// forward:  reads input -> writes output (and indices for Max)
+// backward: reads output (= grad_y) and indices -> writes input (= grad_x)
+enum class PoolKind { Max, Avg };
+struct Pool2dArgs {
+  PoolKind kind = PoolKind::Max;
+  TensorRef input, output, indices;
+  int kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
+};
+
+// Batch normalisation over [N, C] or [N, C, H, W], per channel C. Statistics and affine
+// parameters are fp32 whatever the input dtype; input and output share a dtype.
+// forward (training): mean and biased variance of the batch -> save_mean, save_invstd
+//   (1 / sqrt(var + eps)); running_mean/var (if given) <- (1 - momentum) * running + momentum *
+//   batch, with the unbiased variance for running_var, as PyTorch does.
+// forward (eval): normalises with running_mean / running_var; save_* are not written.
+// backward (training statistics): reads input, grad_output, weight, save_mean, save_invstd ->
+//   writes grad_input, grad_weight, grad_bias (each optional).
+enum class BatchNormMode { Train, Eval };
+struct BatchNormArgs {
+  BatchNormMode mode = BatchNormMode::Train;
+  TensorRef input, output, weight, bias, running_mean, running_var, save_mean, save_invstd;
+  TensorRef grad_output, grad_input, grad_weight, grad_bias;
+  double momentum = 0.1, eps = 1e-5;
+};
+
+// Softmax or log-softmax over the last dimension, computed in fp32 whatever the storage dtype.
+// backward: reads output (y) and grad_output -> writes grad_input.
+enum class SoftmaxKind { Softmax, LogSoftmax };
+
+// Cross-entropy with mean reduction over the batch: logits [N, K] (floating), target [N] (I64).
+// With label smoothing s the target distribution is (1 - s) * onehot + s / K.
+// forward: writes loss (a 0-d tensor, F32 or F64 like the computation); throws demi::Error for
+//   a target outside [0, K), naming the row and the value.
+// backward: reads logits, target, grad_loss (0-d) -> writes grad_logits (logits' dtype).
+struct CrossEntropyArgs {
+  TensorRef logits, target, loss, grad_loss, grad_logits;
+  double label_smoothing = 0.0;
+};
+
+// Counter-based random numbers (Philox-4x32-10): element i of the output draws from counter
+// (offset + i) under key seed, so a result does not depend on the thread count or the device.
+enum class RandomKind { Uniform, Normal };  // Uniform on [a, b); Normal with mean a, std b
+struct RandomArgs {
+  RandomKind kind = RandomKind::Uniform;
+  TensorRef output;
+  double a = 0.0, b = 1.0;
+  uint64_t seed = 0, offset = 0;
+};
+
+// One SGD step on one parameter, in place (PyTorch's torch.optim.SGD formula):
+//   g = grad + weight_decay * p;  buf = momentum * buf + (1 - dampening) * g (buf = g on the
+//   first step);  g = nesterov ? g + momentum * buf : buf;  p -= lr * g.
+// param and grad may be half; momentum_buffer is fp32. With a master (fp32) the step is applied
+// to the master and the result rounded once into param.
+struct SgdArgs {
+  TensorRef param, grad, momentum_buffer, master;
+  double lr = 0.0, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+  bool first_step = true;  // the momentum buffer is initialised from g rather than updated
+};
+
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  virtual Device device() const = 0;
+
+  // Memory: raw device allocations (the caching allocator sits on top) and copies.
+  virtual void* raw_allocate(size_t bytes) = 0;
+  virtual void raw_free(void* ptr) = 0;
+  virtual void copy_from_host(const void* host_src, void* dst, size_t bytes) = 0;
+  virtual void copy_to_host(const void* src, void* host_dst, size_t bytes) = 0;
+  virtual void copy(const void* src, void* dst, size_t bytes) = 0;  // both on this device
+  virtual void synchronize() = 0;
+
+  // Element-wise. `fill` writes one value; `cast` converts between any two dtypes (same numel).
+  virtual void fill(const TensorRef& y, double value) = 0;
+  virtual void cast(const TensorRef& x, const TensorRef& y) = 0;
+  virtual void unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha = 0.0,
+                     double beta = 0.0) = 0;
+  // a and b broadcast to y's shape (numpy rules); a, b, y share a floating dtype.
+  virtual void binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) = 0;
+  // y has x's rank with every reduced dimension of extent 1; y's dtype may be wider than x's.
+  virtual void reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) = 0;
+
+  virtual void gemm(const GemmArgs& args) = 0;
+  virtual void conv2d_forward(const Conv2dArgs& args) = 0;
+  virtual void conv2d_backward_data(const Conv2dArgs& args) = 0;
+  virtual void conv2d_backward_weight(const Conv2dArgs& args) = 0;
+  virtual void pool2d_forward(const Pool2dArgs& args) = 0;
+  virtual void pool2d_backward(const Pool2dArgs& args) = 0;
+  virtual void batch_norm_forward(const BatchNormArgs& args) = 0;
+  virtual void batch_norm_backward(const BatchNormArgs& args) = 0;
+  virtual void softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) = 0;
+  virtual void softmax_backward(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
+                                const TensorRef& grad_x) = 0;
+  virtual void cross_entropy_forward(const CrossEntropyArgs& args) = 0;
+  virtual void cross_entropy_backward(const CrossEntropyArgs& args) = 0;
+  virtual void random(const RandomArgs& args) = 0;
+  virtual void sgd_step(const SgdArgs& args) = 0;
+};
+
+// The kernels of a device. Throws demi::Error when the device is absent or its backend was not
+// built (e.g. Device::cuda(0) on a machine without a GPU), with the reason.
+Kernels& kernels_for(const Device& device);
+
+// Number of CUDA devices usable now (0 without a driver, a device, or a CUDA build).
+int cuda_device_count();
+
+// Threads the CPU backend uses (default: all cores).
+void set_cpu_threads(int n);
+int cpu_threads();
+
+}  // namespace demi::backend

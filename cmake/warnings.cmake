@@ -1,0 +1,16 @@
+# demi_warnings: -Wall -Wextra for demi's own code (third-party headers are SYSTEM), -Werror in CI.
+add_library(demi_warnings INTERFACE)
+target_compile_options(demi_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${DEMI_WERROR}>>:-Werror>
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${DEMI_WERROR}>>:-Xcompiler=-Werror --Werror=all-warnings>)
+install(TARGETS demi_warnings EXPORT demiTargets)
+
+# Vector ISA for the CPU kernels: the build machine's own by default (Eigen's GEMM is 2-3x faster
+# with AVX2+FMA than with baseline SSE2); set DEMI_MARCH to e.g. x86-64-v3 for portable binaries.
+set(DEMI_MARCH native CACHE STRING "Value of -march for the CPU backend ('' to leave the compiler's default)")
+set(DEMI_ARCH_FLAGS "")
+if(DEMI_MARCH)
+  set(DEMI_ARCH_FLAGS -march=${DEMI_MARCH})
+endif()
