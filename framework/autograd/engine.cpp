@@ -1,0 +1,122 @@
+// The backward pass: walks the graph from the root once, in reverse topological order (Kahn's
+// algorithm over dependency counts, iterative so deep graphs cannot overflow the stack), summing
+// the gradients that reach each node before running it.
+#include <unordered_map>
+
+#include "framework/autograd/grad_mode.h"
+#include "framework/autograd/node.h"
+#include "framework/ops/ops.h"
+#include "framework/tensor/factories.h"
+
+namespace demi::autograd {
+
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> orphans;
+  for (Edge& edge : next) {
+    if (edge.node) orphans.push_back(std::move(edge.node));
+  }
+  while (!orphans.empty()) {
+    std::shared_ptr<Node> node = std::move(orphans.back());
+    orphans.pop_back();
+    if (node.use_count() == 1) {  // we hold the last reference: take its edges before it dies
+      for (Edge& edge : node->next) {
+        if (edge.node) orphans.push_back(std::move(edge.node));
+      }
+    }
+  }
+}
+
+Edge edge_of(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  TensorImpl& impl = t.impl_ref();
+  std::shared_ptr<Node> node = impl.grad_fn;
+  if (!node) {
+    node = impl.grad_accumulator.lock();
+    if (!node) {
+      node = std::make_shared<AccumulateGrad>(t.impl());
+      impl.grad_accumulator = node;
+    }
+  }
+  return Edge{node, impl.shape, impl.dtype};
+}
+
+TensorList AccumulateGrad::apply(const Tensor& grad_output) {
+  std::shared_ptr<TensorImpl> leaf = leaf_.lock();
+  if (!leaf) return {};
+  Tensor& grad = leaf->grad;
+  if (!grad.defined()) {
+    // Take the incoming tensor when nothing else holds its storage; copy it otherwise, so a later
+    // in-place accumulation cannot write into another tensor's gradient.
+    grad = grad_output.impl()->storage.use_count() == 1 ? grad_output.detach() : grad_output.clone();
+  } else {
+    kernels(grad).binary(backend::BinaryKind::Add, grad.ref(), grad_output.ref(), grad.ref());
+  }
+  return {};
+}
+
+void run_backward(const Tensor& root, const Tensor& grad_root) {
+  DEMI_CHECK(root.defined(), "backward(): called on an undefined tensor");
+  DEMI_CHECK(root.requires_grad(), "backward(): the tensor does not require grad and has no grad_fn; "
+             "mark the inputs you want gradients for with requires_grad_() before computing it");
+  Tensor grad = grad_root;
+  if (!grad.defined()) {
+    DEMI_CHECK(root.numel() == 1, "backward(): a gradient can be created implicitly only for a "
+               "one-element output, this one has shape ", root.shape(), "; pass grad_output");
+    grad = ones_like(root);
+  }
+  DEMI_CHECK(grad.shape() == root.shape(), "backward(): grad_output of shape ", grad.shape(),
+             " does not match the output's shape ", root.shape());
+  NoGradGuard no_grad;
+  grad = grad.to(root.dtype());
+
+  const Edge root_edge = edge_of(root);
+  // Dependency counts: how many edges point at each node from inside the graph.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack{root_edge.node.get()};
+  dependencies[root_edge.node.get()] = 0;
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& edge : node->next) {
+      if (!edge.node) continue;
+      auto [it, first_visit] = dependencies.try_emplace(edge.node.get(), 0);
+      ++it->second;
+      if (first_visit) stack.push_back(edge.node.get());
+    }
+  }
+
+  std::unordered_map<Node*, Tensor> pending;  // summed gradient waiting at each node
+  pending[root_edge.node.get()] = grad;
+  std::vector<std::shared_ptr<Node>> ready{root_edge.node};
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = std::move(ready.back());
+    ready.pop_back();
+    Tensor grad_output;
+    if (auto it = pending.find(node.get()); it != pending.end()) {
+      grad_output = std::move(it->second);
+      pending.erase(it);
+    }
+    TensorList grads;
+    if (grad_output.defined()) {
+      grads = node->apply(grad_output);
+      node->release_saved();
+      DEMI_INTERNAL_CHECK(grads.empty() || grads.size() == node->next.size(), node->name(),
+                          " backward returned ", grads.size(), " gradients for ", node->next.size(), " inputs");
+    }
+    for (size_t i = 0; i < node->next.size(); ++i) {
+      const Edge& edge = node->next[i];
+      if (!edge.node) continue;
+      if (i < grads.size() && grads[i].defined()) {
+        Tensor g = grads[i];
+        DEMI_INTERNAL_CHECK(g.shape() == edge.shape, node->name(), " backward returned a gradient of shape ",
+                            g.shape(), " for input ", i, " of shape ", edge.shape);
+        g = g.to(edge.dtype);  // e.g. an fp32 parameter cast to fp16 gets an fp32 gradient
+        Tensor& slot = pending[edge.node.get()];
+        slot = slot.defined() ? add(slot, g) : g;
+      }
+      if (--dependencies[edge.node.get()] == 0) ready.push_back(edge.node);
+    }
+  }
+}
+
+}  // namespace demi::autograd

@@ -1,0 +1,13 @@
+// Thread-local grad mode behind NoGradGuard.
+#include "framework/autograd/grad_mode.h"
+
+namespace demi {
+namespace {
+thread_local bool grad_enabled = true;
+}
+
+bool is_grad_enabled() { return grad_enabled; }
+NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
+
+}  // namespace demi

@@ -1,0 +1,45 @@
+// avg_pool2d: padding counts in the divisor (PyTorch's count_include_pad=True); saves nothing but
+// the input's shape.
+#include "framework/ops/internal.h"
+#include "framework/ops/ops.h"
+#include "framework/ops/pool2d_shape.h"
+
+namespace demi::ops {
+
+struct AvgPool2d {
+  static constexpr const char* kName = "avg_pool2d";
+  static constexpr amp::Category kCast = amp::Category::Unchanged;
+
+  static Tensor forward(OpContext& ctx, const Tensor& x, const PoolGeometry& g) {
+    backend::Pool2dArgs args = g.args(backend::PoolKind::Avg);
+    Tensor y = empty(g.output_shape(x.shape()), x.dtype(), x.device());
+    args.input = x.ref();
+    args.output = y.ref();
+    kernels(x).pool2d_forward(args);
+    ctx.set_attrs(std::make_pair(g, x.shape()));
+    return y;
+  }
+  static TensorList backward(OpContext& ctx, const Tensor& grad_y) {
+    const auto& [g, shape] = ctx.attrs<std::pair<PoolGeometry, Shape>>();
+    Tensor grad_x = empty(shape, grad_y.dtype(), grad_y.device());
+    backend::Pool2dArgs args = g.args(backend::PoolKind::Avg);
+    args.input = grad_x.ref();
+    args.output = grad_y.ref();
+    kernels(grad_y).pool2d_backward(args);
+    return {grad_x};
+  }
+};
+DEMI_REGISTER_OP(AvgPool2d)
+
+}  // namespace demi::ops
+
+namespace demi {
+Tensor avg_pool2d(const Tensor& x, int kernel_size, int stride, int padding) {
+  const auto g = ops::PoolGeometry::make("avg_pool2d", x, kernel_size, kernel_size, stride, padding);
+  return ops::apply<ops::AvgPool2d>(x, g);
+}
+Tensor global_avg_pool2d(const Tensor& x) {
+  ops::check_dim("global_avg_pool2d", "input", x, 4, "[N, C, H, W]");
+  return mean(x, {2, 3}, true);
+}
+}  // namespace demi

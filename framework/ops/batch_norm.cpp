@@ -1,0 +1,125 @@
+// batch_norm over channel dim 1 of [N, C] or [N, C, H, W]. Statistics and affine parameters are
+// fp32 (float64 for float64 input) whatever the input dtype; the output has the input's dtype.
+// Training: batch statistics, running stats updated in place, fused backward kernel. Eval: running
+// statistics; its backward is built from ops (an affine map per channel).
+#include "framework/ops/internal.h"
+#include "framework/ops/ops.h"
+#include "framework/tensor/factories.h"
+
+namespace demi::ops {
+
+struct BatchNorm {
+  static constexpr const char* kName = "batch_norm";
+  static constexpr amp::Category kCast = amp::Category::Unchanged;
+
+  static Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                        const Tensor& weight, const Tensor& bias, const BatchNormOptions& options) {
+    const DType stat_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+    const int64_t channels = x.size(1);
+    Tensor y = empty_like(x);
+    backend::BatchNormArgs args;
+    args.mode = options.training ? backend::BatchNormMode::Train : backend::BatchNormMode::Eval;
+    args.input = x.ref();
+    args.output = y.ref();
+    if (weight.defined()) args.weight = weight.ref();
+    if (bias.defined()) args.bias = bias.ref();
+    if (running_mean.defined()) args.running_mean = running_mean.ref();
+    if (running_var.defined()) args.running_var = running_var.ref();
+    args.momentum = options.momentum;
+    args.eps = options.eps;
+    Tensor save_mean, save_invstd;
+    if (options.training) {
+      save_mean = empty({channels}, stat_dtype, x.device());
+      save_invstd = empty({channels}, stat_dtype, x.device());
+      args.save_mean = save_mean.ref();
+      args.save_invstd = save_invstd.ref();
+    } else {
+      // Backward needs the statistics used now, not the running buffers as they will be then.
+      save_mean = running_mean.clone();
+      save_invstd = pow(running_var + options.eps, -0.5);
+    }
+    kernels(x).batch_norm_forward(args);
+    ctx.save(x);
+    ctx.save(weight);
+    ctx.save(save_mean);
+    ctx.save(save_invstd);
+    ctx.set_attrs(options);
+    return y;
+  }
+
+  static TensorList backward(OpContext& ctx, const Tensor& grad_y) {
+    const Tensor& x = ctx.saved(0);
+    const Tensor& weight = ctx.saved(1);
+    const Tensor& mean = ctx.saved(2);
+    const Tensor& invstd = ctx.saved(3);
+    TensorList grads(5);
+    if (ctx.attrs<BatchNormOptions>().training) {
+      backend::BatchNormArgs args;
+      args.input = x.ref();
+      args.grad_output = grad_y.ref();
+      if (weight.defined()) args.weight = weight.ref();
+      args.save_mean = mean.ref();
+      args.save_invstd = invstd.ref();
+      if (ctx.needs_grad(0)) {
+        grads[0] = empty_like(x);
+        args.grad_input = grads[0].ref();
+      }
+      if (ctx.needs_grad(3)) {
+        grads[3] = empty_like(weight);
+        args.grad_weight = grads[3].ref();
+      }
+      if (ctx.needs_grad(4)) {
+        grads[4] = empty_like(mean);
+        args.grad_bias = grads[4].ref();
+      }
+      kernels(x).batch_norm_backward(args);
+      return grads;
+    }
+    // Eval: y = (x - mean) * invstd * weight + bias, per channel.
+    Shape channel_shape(static_cast<size_t>(x.dim()), 1);
+    channel_shape[1] = x.size(1);
+    std::vector<int64_t> other_dims{0};
+    for (int64_t d = 2; d < x.dim(); ++d) other_dims.push_back(d);
+    const Tensor g = grad_y.to(mean.dtype());
+    const Tensor scale = weight.defined() ? invstd * weight : invstd;
+    if (ctx.needs_grad(0)) grads[0] = (g * scale.reshape(channel_shape)).to(x.dtype());
+    if (ctx.needs_grad(3)) {
+      const Tensor xhat = (x.to(mean.dtype()) - mean.reshape(channel_shape)) * invstd.reshape(channel_shape);
+      grads[3] = sum(g * xhat, other_dims);
+    }
+    if (ctx.needs_grad(4)) grads[4] = sum(g, other_dims);
+    return grads;
+  }
+};
+DEMI_REGISTER_OP(BatchNorm)
+
+}  // namespace demi::ops
+
+namespace demi {
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, const BatchNormOptions& options) {
+  const char* op = "batch_norm";
+  ops::check_floating(op, "input", x);
+  DEMI_CHECK(x.dim() == 2 || x.dim() == 4, "batch_norm: input must be [N, C] or [N, C, H, W], got ", x.shape());
+  const DType stat_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const int64_t channels = x.size(1);
+  const std::pair<const char*, const Tensor*> params[] = {
+      {"running_mean", &running_mean}, {"running_var", &running_var}, {"weight", &weight}, {"bias", &bias}};
+  for (const auto& [name, t] : params) {
+    if (!t->defined()) continue;
+    ops::check_same_device(op, x, *t);
+    DEMI_CHECK(t->shape() == Shape{channels}, "batch_norm: ", name, " must be [", channels, "] for input ",
+               x.shape(), ", got ", t->shape());
+    DEMI_CHECK(t->dtype() == stat_dtype, "batch_norm: ", name, " must be ", stat_dtype, " (statistics and affine "
+               "parameters stay fp32 for half inputs), got ", t->dtype(), "; keep BatchNorm parameters in fp32");
+  }
+  DEMI_CHECK(options.training || (running_mean.defined() && running_var.defined()),
+             "batch_norm: eval mode needs running_mean and running_var; pass them or use training=true");
+  if (options.training) {
+    const int64_t per_channel = x.numel() / std::max<int64_t>(channels, 1);
+    DEMI_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, got input of shape ",
+               x.shape(), "; use a larger batch or eval mode");
+  }
+  return ops::apply<ops::BatchNorm>(x, running_mean, running_var, weight, bias, options);
+}
+}  // namespace demi

@@ -1,0 +1,107 @@
+// Shared op helpers: broadcasting's gradient (sum_to / expand_to), keep-dim reductions and the
+// argument checks whose messages every op shares.
+#include "framework/ops/internal.h"
+
+#include "framework/tensor/factories.h"
+
+namespace demi::ops {
+
+Tensor reduce_keepdim(backend::ReduceKind kind, const Tensor& x, const std::vector<int64_t>& dims, DType dtype) {
+  Shape out_shape = x.shape();
+  for (int64_t d : dims) out_shape[static_cast<size_t>(d)] = 1;
+  Tensor out = empty(out_shape, dtype, x.device());
+  kernels(x).reduce(kind, x.ref(), out.ref());
+  return out;
+}
+
+Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  const size_t n = grad.shape().size();
+  DEMI_INTERNAL_CHECK(shape.size() <= n, "sum_to ", grad.shape(), " -> ", shape);
+  const size_t lead = n - shape.size();
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < n; ++i) {
+    if (i < lead || (shape[i - lead] == 1 && grad.shape()[i] != 1)) dims.push_back(static_cast<int64_t>(i));
+  }
+  Tensor summed = reduce_keepdim(backend::ReduceKind::Sum, grad, dims, grad.dtype());
+  return summed.reshape(shape);
+}
+
+Tensor expand_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  Tensor out = empty(shape, x.dtype(), x.device());
+  Tensor zero = zeros({}, x.dtype(), x.device());
+  kernels(x).binary(backend::BinaryKind::Add, x.ref(), zero.ref(), out.ref());
+  return out;
+}
+
+void check_floating(const char* op, const char* what, const Tensor& t) {
+  DEMI_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
+  DEMI_CHECK(is_floating(t.dtype()), op, ": ", what, " must be a floating tensor (float32, float16, "
+             "bfloat16 or float64), got ", t.dtype(), "; convert it with .to(DType::F32)");
+}
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  DEMI_CHECK(a.device() == b.device(), op, ": operands are on different devices (", a.device(),
+             " and ", b.device(), "); move one with .to(device)");
+}
+
+void check_dim(const char* op, const char* what, const Tensor& t, int64_t dim, const char* layout) {
+  DEMI_CHECK(t.dim() == dim, op, ": ", what, " must be ", layout, ", got shape ", t.shape());
+}
+
+}  // namespace demi::ops
+
+namespace demi::ops {
+
+Tensor binary_kernel(const char* op, backend::BinaryKind kind, const Tensor& a, const Tensor& b) {
+  check_floating(op, "first operand", a);
+  check_floating(op, "second operand", b);
+  check_same_device(op, a, b);
+  const DType dtype = promote_types(a.dtype(), b.dtype());
+  const Tensor ca = a.to(dtype), cb = b.to(dtype);
+  Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), op), dtype, a.device());
+  kernels(out).binary(kind, ca.ref(), cb.ref(), out.ref());
+  return out;
+}
+
+Tensor unary_kernel(backend::UnaryKind kind, const Tensor& x, double alpha, double beta) {
+  Tensor out = empty_like(x);
+  kernels(x).unary(kind, x.ref(), out.ref(), alpha, beta);
+  return out;
+}
+
+}  // namespace demi::ops
+
+namespace demi::ops {
+
+Tensor gemm(const Tensor& a, backend::Transpose trans_a, const Tensor& b, backend::Transpose trans_b,
+            const Tensor& bias) {
+  using backend::Transpose;
+  const bool batched = a.dim() == 3;
+  const int64_t batch = batched ? a.size(0) : 1;
+  const int64_t m = trans_a == Transpose::No ? a.size(-2) : a.size(-1);
+  const int64_t k = trans_a == Transpose::No ? a.size(-1) : a.size(-2);
+  const int64_t kb = trans_b == Transpose::No ? b.size(-2) : b.size(-1);
+  const int64_t n = trans_b == Transpose::No ? b.size(-1) : b.size(-2);
+  DEMI_INTERNAL_CHECK(k == kb && a.dtype() == b.dtype(), "gemm ", a.shape(), " x ", b.shape());
+  Tensor c = empty(batched ? Shape{batch, m, n} : Shape{m, n}, a.dtype(), a.device());
+  backend::GemmArgs args;
+  args.a = a.ref();
+  args.b = b.ref();
+  args.c = c.ref();
+  if (bias.defined()) args.bias = bias.ref();
+  args.trans_a = trans_a;
+  args.trans_b = trans_b;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.batch = batch;
+  args.stride_a = m * k;
+  args.stride_b = b.dim() == 3 ? k * n : 0;
+  args.stride_c = m * n;
+  kernels(a).gemm(args);
+  return c;
+}
+
+}  // namespace demi::ops

@@ -1,0 +1,41 @@
+// Helpers shared by op files: the conversion/view ops Tensor's methods call, broadcasting's
+// gradient helpers and argument checks. Not part of the public API.
+#pragma once
+
+#include <vector>
+
+#include "framework/ops/op.h"
+
+namespace demi::ops {
+
+// Differentiable conversions and views behind Tensor::to() and Tensor::reshape().
+Tensor cast(const Tensor& x, DType dtype);
+Tensor to_device(const Tensor& x, const Device& device);
+Tensor reshape(const Tensor& x, const Shape& shape);
+
+// Sums a broadcast gradient back down to `shape` (the inverse of broadcasting).
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+// Broadcasts `x` up to `shape` (numpy rules).
+Tensor expand_to(const Tensor& x, const Shape& shape);
+// Reduction over `dims` keeping them as extent-1 dims; `kind` Sum or Mean; output dtype `dtype`.
+Tensor reduce_keepdim(backend::ReduceKind kind, const Tensor& x, const std::vector<int64_t>& dims, DType dtype);
+
+// The caller's mistakes, with the op's name in the message.
+void check_floating(const char* op, const char* what, const Tensor& t);
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+void check_dim(const char* op, const char* what, const Tensor& t, int64_t dim, const char* layout);
+
+}  // namespace demi::ops
+
+namespace demi::ops {
+// Runs an element-wise binary kernel with broadcasting and dtype promotion (not recorded).
+Tensor binary_kernel(const char* op, backend::BinaryKind kind, const Tensor& a, const Tensor& b);
+// Runs an element-wise unary kernel into a new tensor of x's dtype (not recorded).
+Tensor unary_kernel(backend::UnaryKind kind, const Tensor& x, double alpha = 0.0, double beta = 0.0);
+}  // namespace demi::ops
+
+namespace demi::ops {
+// op(a) @ op(b) (+ bias) for 2-D operands, or 3-D operands with a common batch; one dtype in and out.
+Tensor gemm(const Tensor& a, backend::Transpose trans_a, const Tensor& b, backend::Transpose trans_b,
+            const Tensor& bias = Tensor());
+}  // namespace demi::ops

@@ -1,0 +1,85 @@
+// The machinery every op file uses: apply<Op>() runs Op::forward without recording, then, when
+// grad mode is on and an input requires grad, records an OpNode<Op> that calls Op::backward.
+// An op struct provides kName, kCast (its autocast category), forward and backward.
+#pragma once
+
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "framework/amp/category.h"
+#include "framework/autograd/grad_mode.h"
+#include "framework/autograd/node.h"
+#include "framework/autograd/op_context.h"
+#include "framework/tensor/tensor.h"
+
+namespace demi::ops {
+
+using autograd::OpContext;
+
+template <typename Op>
+class OpNode final : public autograd::Node {
+ public:
+  explicit OpNode(OpContext&& ctx) : ctx_(std::move(ctx)) {}
+  const char* name() const override { return Op::kName; }
+  TensorList apply(const Tensor& grad_output) override { return Op::backward(ctx_, grad_output); }
+  void release_saved() override { ctx_.release(); }
+
+ private:
+  OpContext ctx_;
+};
+
+namespace detail {
+template <typename T> constexpr bool is_tensor_v = std::is_same_v<std::decay_t<T>, Tensor>;
+
+template <typename Arg> void collect_tensor(std::vector<const Tensor*>& out, const Arg& arg) {
+  if constexpr (is_tensor_v<Arg>) out.push_back(&arg);
+}
+}  // namespace detail
+
+// Runs Op on args (tensors and plain values, in Op::forward's order) and records it for backward.
+template <typename Op, typename... Args>
+Tensor apply(const Args&... args) {
+  std::vector<const Tensor*> inputs;
+  (detail::collect_tensor(inputs, args), ...);
+  std::vector<bool> needs_grad(inputs.size(), false);
+  bool record = false;
+  if (is_grad_enabled()) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      needs_grad[i] = inputs[i]->defined() && inputs[i]->requires_grad();
+      record = record || needs_grad[i];
+    }
+  }
+  OpContext ctx(Op::kName, needs_grad, record);
+  Tensor out;
+  {
+    NoGradGuard no_grad;  // ops used inside forward are not recorded
+    out = Op::forward(ctx, args...);
+  }
+  if (record) {
+    auto node = std::make_shared<OpNode<Op>>(std::move(ctx));
+    node->next.reserve(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      DEMI_INTERNAL_CHECK(!out.is_same(*inputs[i]), Op::kName, " forward returned its input itself");
+      node->next.push_back(needs_grad[i] ? autograd::edge_of(*inputs[i]) : autograd::Edge{});
+    }
+    TensorImpl& impl = out.impl_ref();
+    impl.requires_grad = true;
+    impl.grad_fn = std::move(node);
+  }
+  return out;
+}
+
+// One row of the op table (framework/ops/op_list.h): name and autocast category.
+struct OpInfo {
+  const char* name;
+  amp::Category category;
+};
+// Every op, in op_list.h order.
+const std::vector<OpInfo>& all_ops();
+
+}  // namespace demi::ops
+
+// Placed after an op struct in its .cpp, inside namespace demi::ops: exports its row of the op table.
+#define DEMI_REGISTER_OP(Op) \
+  OpInfo op_info_##Op() { return {Op::kName, Op::kCast}; }

@@ -1,0 +1,79 @@
+// The functional API: free functions in namespace demi with PyTorch's names. Each is defined in
+// the file of its op (framework/ops/<name>.cpp), recorded by autograd when an input requires grad.
+#pragma once
+
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+
+namespace demi {
+
+// Element-wise arithmetic with numpy broadcasting; mixed floating dtypes promote (F16+F32 -> F32).
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& x);
+// alpha * x + beta, the op behind tensor-scalar arithmetic.
+Tensor affine(const Tensor& x, double alpha, double beta);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& x, double s);
+Tensor operator+(double s, const Tensor& x);
+Tensor operator-(const Tensor& x, double s);
+Tensor operator-(double s, const Tensor& x);
+Tensor operator*(const Tensor& x, double s);
+Tensor operator*(double s, const Tensor& x);
+Tensor operator/(const Tensor& x, double s);
+Tensor operator/(double s, const Tensor& x);
+
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // erf form, PyTorch's default approximate='none'
+
+// Reductions over `dims` (negative counts from the end); all dims when `dims` is empty.
+Tensor sum(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
+
+// Matrix products: [M, K] @ [K, N], or batched [B, M, K] @ [B, K, N] / [K, N].
+Tensor matmul(const Tensor& a, const Tensor& b);
+// y = x @ weight^T + bias: x [..., in], weight [out, in], bias [out] (optional).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// x [N, C, H, W], weight [O, C, KH, KW], bias [O] (optional); square stride and padding.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int stride = 1,
+              int padding = 0);
+// stride 0 means stride = kernel_size, as PyTorch's default.
+Tensor max_pool2d(const Tensor& x, int kernel_size, int stride = 0, int padding = 0);
+Tensor avg_pool2d(const Tensor& x, int kernel_size, int stride = 0, int padding = 0);
+// Global pooling over H and W: [N, C, H, W] -> [N, C, 1, 1].
+Tensor global_avg_pool2d(const Tensor& x);
+Tensor global_max_pool2d(const Tensor& x);
+
+struct BatchNormOptions {
+  bool training = false;  // batch statistics (and running-stat update) vs running statistics
+  double momentum = 0.1;
+  double eps = 1e-5;
+};
+// x [N, C] or [N, C, H, W]; running stats, weight and bias [C] fp32 (each optional).
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, const BatchNormOptions& options);
+
+// Over the last dimension (dim must be -1 or dim() - 1).
+Tensor softmax(const Tensor& x, int64_t dim = -1);
+Tensor log_softmax(const Tensor& x, int64_t dim = -1);
+
+struct CrossEntropyOptions {
+  double label_smoothing = 0.0;
+};
+// Mean cross-entropy of logits [N, K] against I64 class indices [N].
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
+
+}  // namespace demi

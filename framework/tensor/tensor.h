@@ -1,0 +1,140 @@
+// demi::Tensor: a reference-counted handle to contiguous row-major storage with a shape, dtype
+// and device, plus the autograd fields (requires_grad, grad, grad_fn). Copies of a Tensor share
+// everything, as in PyTorch; views (reshape, slice) share storage.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <vector>
+
+#include "backends/kernels.h"
+#include "framework/core/device.h"
+#include "framework/core/dtype.h"
+#include "framework/core/error.h"
+#include "framework/core/shape.h"
+
+namespace demi {
+
+namespace autograd {
+class Node;
+}
+
+// A block of device memory from the caching allocator, returned to it when the last view dies.
+class Storage {
+ public:
+  Storage(const Device& device, size_t nbytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  const Device& device() const { return device_; }
+
+ private:
+  Device device_;
+  size_t nbytes_;
+  void* data_;
+};
+
+struct TensorImpl;
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: no storage (an absent optional input, an unset grad)
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const;
+  DType dtype() const;
+  Device device() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
+
+  // Raw data of this view (offset applied). Host-readable only on the CPU.
+  void* data_ptr() const;
+  template <typename T> T* data() const {
+    DEMI_CHECK(dtype() == DTypeOf<T>::value, "Tensor::data<T>: tensor is ", dtype(), ", not ",
+               DTypeOf<T>::value, "; use to(DType) first");
+    return static_cast<T*>(data_ptr());
+  }
+  // Non-owning view for the backend kernels.
+  backend::TensorRef ref() const;
+
+  // Conversions (differentiable; a no-op returns *this).
+  Tensor to(DType dtype) const;
+  Tensor to(const Device& device) const;
+
+  // Views sharing storage. reshape accepts one -1 extent. Differentiable.
+  Tensor reshape(Shape shape) const;
+  Tensor view(Shape shape) const { return reshape(std::move(shape)); }
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  // Rows [begin, end) of dim 0, zero-copy (a batch out of a dataset). Not recorded by autograd.
+  Tensor slice(int64_t begin, int64_t end) const;
+
+  // A new tensor with its own storage and the same values (not recorded by autograd).
+  Tensor clone() const;
+  // The same storage, cut from the graph: no grad_fn, requires_grad false.
+  Tensor detach() const;
+
+  // Autograd.
+  Tensor& requires_grad_(bool requires_grad = true);
+  bool requires_grad() const;
+  bool is_leaf() const;
+  Tensor grad() const;
+  void set_grad(const Tensor& grad) const;
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  // Backpropagates from this tensor: grad_output defaults to 1 for a one-element tensor.
+  void backward(const Tensor& grad_output = Tensor()) const;
+
+  // The single value of a one-element tensor, converted to T.
+  template <typename T> T item() const {
+    DEMI_CHECK(numel() == 1, "item(): tensor has ", numel(), " elements (shape ", shape(),
+               "); only one-element tensors convert to a scalar; use to_vector<T>()");
+    return to_vector<T>()[0];
+  }
+  // All values, converted to T and copied to the host.
+  template <typename T> std::vector<T> to_vector() const {
+    std::vector<T> out(static_cast<size_t>(numel()));
+    copy_to_host_as(DTypeOf<T>::value, out.data());
+    return out;
+  }
+
+  // Identity of the underlying object (two handles to one tensor compare equal).
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
+  TensorImpl& impl_ref() const;
+
+ private:
+  void copy_to_host_as(DType dtype, void* out) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+using TensorList = std::vector<Tensor>;
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  size_t offset = 0;  // bytes from storage->data()
+  Shape shape;
+  DType dtype = DType::F32;
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<autograd::Node> grad_fn;            // set on results of recorded ops
+  std::weak_ptr<autograd::Node> grad_accumulator;     // leaves: the node that adds into .grad
+};
+
+// A tensor of `shape` with uninitialised contents.
+Tensor empty(const Shape& shape, DType dtype = DType::F32, const Device& device = Device::cpu());
+Tensor empty_like(const Tensor& like);
+Tensor empty_like(const Tensor& like, DType dtype);
+
+// Prints shape, dtype, device and values (summarised with ... beyond 1000 elements).
+std::ostream& operator<<(std::ostream& out, const Tensor& t);
+
+// The backend kernels of t's device.
+inline backend::Kernels& kernels(const Tensor& t) { return backend::kernels_for(t.device()); }
+
+}  // namespace demi
