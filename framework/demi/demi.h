@@ -1,0 +1,30 @@
+// The umbrella header: #include <demi/demi.h> gives the whole public API.
+#pragma once
+
+#include "framework/amp/category.h"
+#include "framework/autograd/grad_mode.h"
+#include "framework/autograd/node.h"
+#include "framework/core/device.h"
+#include "framework/core/dtype.h"
+#include "framework/core/error.h"
+#include "framework/core/half.h"
+#include "framework/core/shape.h"
+#include "framework/nn/activation.h"
+#include "framework/nn/batch_norm2d.h"
+#include "framework/nn/conv2d.h"
+#include "framework/nn/linear.h"
+#include "framework/nn/module.h"
+#include "framework/nn/pooling.h"
+#include "framework/nn/sequential.h"
+#include "framework/ops/ops.h"
+#include "framework/optim/sgd.h"
+#include "framework/tensor/allocator.h"
+#include "framework/tensor/factories.h"
+#include "framework/tensor/generator.h"
+#include "framework/tensor/tensor.h"
+
+namespace demi {
+// Threads the CPU backend uses (default: all cores).
+inline void set_num_threads(int n) { backend::set_cpu_threads(n); }
+inline int get_num_threads() { return backend::cpu_threads(); }
+}  // namespace demi

@@ -1,0 +1,34 @@
+// nn::BatchNorm2d: affine weight/bias and running statistics, all fp32 whatever the model's dtype
+// (statistics in half lose the small variances that matter).
+#pragma once
+
+#include "framework/nn/module.h"
+
+namespace demi::nn {
+
+class BatchNorm2d : public Module {
+ public:
+  struct Options {
+    int64_t num_features = 0;
+    double eps = 1e-5;
+    double momentum = 0.1;
+    bool affine = true;
+    bool track_running_stats = true;
+  };
+  explicit BatchNorm2d(const Options& options);
+  Tensor forward(const Tensor& x) override;
+  // Parameters and buffers stay fp32 for half dtypes (float64 follows, for gradcheck).
+  Module& to(DType dtype) override;
+
+  const Options& options() const { return options_; }
+  Tensor& weight;
+  Tensor& bias;
+  Tensor& running_mean;
+  Tensor& running_var;
+  Tensor& num_batches_tracked;
+
+ private:
+  Options options_;
+};
+
+}  // namespace demi::nn

@@ -1,0 +1,70 @@
+// nn::Module: parameters, buffers and submodules registered by name, train/eval, dtype/device
+// moves and state_dict, as torch.nn.Module. Layers in framework/nn/layers.h derive from it.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+
+namespace demi::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // All parameters, depth first in registration order; named with dotted paths ("0.weight").
+  std::vector<Tensor> parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+
+  // Training mode for this module and every submodule (batch_norm's statistics depend on it).
+  Module& train(bool on = true);
+  Module& eval() { return train(false); }
+  bool is_training() const { return training_; }
+
+  // Converts floating parameters and buffers in place (the tensors keep their identity, so an
+  // optimizer built before still sees them). Buffers of normalisation layers keep fp32 when
+  // converting to a half type: statistics stay fp32.
+  virtual Module& to(DType dtype);
+  Module& to(const Device& device);
+
+  // Parameters and buffers by dotted name (values shared, not copied).
+  std::map<std::string, Tensor> state_dict() const;
+  // Copies values in; every key must match in shape, and none may be missing or unexpected.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  // Calls fn(module) on this module and all descendants.
+  template <typename Fn> void apply(Fn&& fn) {
+    fn(*this);
+    for (auto& child : children_) child.second->apply(fn);
+  }
+
+ protected:
+  Tensor& register_parameter(const std::string& name, Tensor t);
+  Tensor& register_buffer(const std::string& name, Tensor t);
+  template <typename M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    children_.emplace_back(name, m);
+    return m;
+  }
+  // Replaces a tensor's contents in place (keeping identity): used by to() and load_state_dict.
+  static void assign_(Tensor& slot, const Tensor& value);
+
+  // deques: layers keep references (Conv2d::weight) to their entries, which push_back must not move.
+  std::deque<std::pair<std::string, Tensor>> params_;
+  std::deque<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+
+ private:
+  void collect(const std::string& prefix, bool buffers, std::vector<std::pair<std::string, Tensor>>& out) const;
+};
+
+}  // namespace demi::nn

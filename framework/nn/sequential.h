@@ -1,0 +1,41 @@
+// Sequential (modules applied in order, named "0", "1", ...) and Flatten.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "framework/nn/module.h"
+
+namespace demi::nn {
+
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  // Appends a module; returns *this so calls chain.
+  template <typename M> Sequential& add(std::shared_ptr<M> module) {
+    register_module(std::to_string(children_.size()), std::move(module));
+    return *this;
+  }
+  template <typename M, typename... Args> Sequential& emplace(Args&&... args) {
+    return add(std::make_shared<M>(std::forward<Args>(args)...));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor y = x;
+    for (auto& [name, module] : children_) y = module->forward(y);
+    return y;
+  }
+  size_t size() const { return children_.size(); }
+  Module& operator[](size_t i) { return *children_.at(i).second; }
+};
+
+// Flattens dims [start_dim, end_dim] (default: all but the batch dim).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_(start_dim), end_(end_dim) {}
+  Tensor forward(const Tensor& x) override { return x.flatten(start_, end_); }
+
+ private:
+  int64_t start_, end_;
+};
+
+}  // namespace demi::nn

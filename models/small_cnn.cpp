@@ -1,0 +1,59 @@
+// SmallCNN and AirNet built from demi::nn; the layer order follows the PyTorch reference so that
+// state_dict names line up with its module structure.
+#include "models/small_cnn.h"
+
+namespace demi::models {
+namespace {
+
+void conv_bn_act(nn::Sequential& seq, int64_t in, int64_t out, Generator& gen) {
+  seq.emplace<nn::Conv2d>(nn::Conv2d::Options{in, out, 3, 1, 1, false}, gen)
+      .emplace<nn::BatchNorm2d>(nn::BatchNorm2d::Options{out})
+      .emplace<nn::ReLU>();
+}
+
+}  // namespace
+
+SmallCNN::SmallCNN(Generator& gen)
+    : features_(register_module("features", std::make_shared<nn::Sequential>())),
+      fc_(register_module("fc", std::make_shared<nn::Linear>(nn::Linear::Options{128, 10}, gen))) {
+  nn::Sequential& f = *features_;
+  conv_bn_act(f, 3, 32, gen);
+  conv_bn_act(f, 32, 32, gen);
+  f.emplace<nn::MaxPool2d>(2);
+  conv_bn_act(f, 32, 64, gen);
+  conv_bn_act(f, 64, 64, gen);
+  f.emplace<nn::MaxPool2d>(2);
+  conv_bn_act(f, 64, 128, gen);
+  f.emplace<nn::MaxPool2d>(2).emplace<nn::GlobalAvgPool2d>().emplace<nn::Flatten>();
+}
+
+Tensor SmallCNN::forward(const Tensor& x) { return (*fc_)((*features_)(x)); }
+
+AirNet::AirNet(Generator& gen)
+    : body_(register_module("body", std::make_shared<nn::Sequential>())),
+      fc_(register_module("fc", std::make_shared<nn::Linear>(nn::Linear::Options{256, 10, false}, gen))) {
+  nn::Sequential& b = *body_;
+  b.emplace<nn::Conv2d>(nn::Conv2d::Options{3, 24, 2, 1, 0, true}, gen).emplace<nn::GELU>();
+  int64_t in = 24;
+  for (int64_t width : {64, 256, 256}) {
+    b.emplace<nn::Conv2d>(nn::Conv2d::Options{in, width, 3, 1, 1, false}, gen)
+        .emplace<nn::MaxPool2d>(2)
+        .emplace<nn::BatchNorm2d>(nn::BatchNorm2d::Options{width})
+        .emplace<nn::GELU>()
+        .emplace<nn::Conv2d>(nn::Conv2d::Options{width, width, 3, 1, 1, false}, gen)
+        .emplace<nn::BatchNorm2d>(nn::BatchNorm2d::Options{width})
+        .emplace<nn::GELU>();
+    in = width;
+  }
+  b.emplace<nn::GlobalMaxPool2d>().emplace<nn::Flatten>();
+}
+
+Tensor AirNet::forward(const Tensor& x) { return (*fc_)((*body_)(x)) * (1.0 / 9.0); }
+
+std::shared_ptr<nn::Module> make_model(const std::string& name, Generator& gen) {
+  if (name == "SmallCNN") return std::make_shared<SmallCNN>(gen);
+  if (name == "AirNet") return std::make_shared<AirNet>(gen);
+  DEMI_THROW("unknown model '", name, "'; choose SmallCNN or AirNet");
+}
+
+}  // namespace demi::models

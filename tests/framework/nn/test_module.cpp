@@ -1,0 +1,152 @@
+// nn modules: registration and names, PyTorch's parameter counts and initialisation bounds,
+// train/eval, dtype moves, state_dict round trips, and a tiny CNN that learns.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "framework/demi/demi.h"
+
+namespace demi {
+namespace {
+
+using testing::HasSubstr;
+
+std::shared_ptr<nn::Sequential> tiny_cnn(Generator& gen) {
+  auto net = std::make_shared<nn::Sequential>();
+  net->emplace<nn::Conv2d>(nn::Conv2d::Options{3, 8, 3, 1, 1, false}, gen)
+      .emplace<nn::BatchNorm2d>(nn::BatchNorm2d::Options{8})
+      .emplace<nn::ReLU>()
+      .emplace<nn::MaxPool2d>(2)
+      .emplace<nn::Conv2d>(nn::Conv2d::Options{8, 16, 3, 1, 1, false}, gen)
+      .emplace<nn::BatchNorm2d>(nn::BatchNorm2d::Options{16})
+      .emplace<nn::GELU>()
+      .emplace<nn::GlobalAvgPool2d>()
+      .emplace<nn::Flatten>()
+      .emplace<nn::Linear>(nn::Linear::Options{16, 4}, gen);
+  return net;
+}
+
+int64_t count(const std::vector<Tensor>& params) {
+  int64_t n = 0;
+  for (const Tensor& p : params) n += p.numel();
+  return n;
+}
+
+TEST(Module, NamedParametersBuffersAndCounts) {
+  Generator gen(0);
+  auto net = tiny_cnn(gen);
+  std::vector<std::string> names;
+  for (auto& [name, t] : net->named_parameters()) names.push_back(name);
+  EXPECT_THAT(names, testing::ElementsAre("0.weight", "1.weight", "1.bias", "4.weight", "5.weight", "5.bias",
+                                          "9.weight", "9.bias"));
+  EXPECT_EQ(count(net->parameters()), 8 * 27 + 16 + 16 * 72 + 32 + 16 * 4 + 4);
+  std::vector<std::string> buffers;
+  for (auto& [name, t] : net->named_buffers()) buffers.push_back(name);
+  EXPECT_THAT(buffers, testing::Contains("1.running_mean"));
+  EXPECT_THAT(buffers, testing::Contains("5.num_batches_tracked"));
+  for (const Tensor& p : net->parameters()) EXPECT_TRUE(p.requires_grad());
+}
+
+TEST(Module, DefaultInitialisationBoundsMatchPyTorch) {
+  Generator gen(1);
+  nn::Conv2d conv({64, 32, 3});
+  nn::Linear fc({128, 10});
+  const double conv_bound = 1.0 / std::sqrt(64.0 * 9.0);
+  for (float v : conv.weight.to_vector<float>()) EXPECT_LE(std::abs(v), conv_bound);
+  for (float v : fc.bias.to_vector<float>()) EXPECT_LE(std::abs(v), 1.0 / std::sqrt(128.0));
+  double sq = 0.0;
+  for (float v : conv.weight.to_vector<float>()) sq += v * v;
+  // U(-b, b) has variance b^2 / 3
+  EXPECT_NEAR(sq / static_cast<double>(conv.weight.numel()), conv_bound * conv_bound / 3, 0.1 * conv_bound * conv_bound / 3);
+}
+
+TEST(Module, HalfConversionKeepsBatchNormInFp32) {
+  Generator gen(0);
+  auto net = tiny_cnn(gen);
+  const Tensor w0 = net->parameters()[0];
+  net->to(DType::F16);
+  for (auto& [name, t] : net->named_parameters()) {
+    const bool bn = name[0] == '1' || name[0] == '5';
+    EXPECT_EQ(t.dtype(), bn ? DType::F32 : DType::F16) << name;
+  }
+  EXPECT_TRUE(w0.is_same(net->parameters()[0]));  // identity kept: optimizers built earlier still see it
+  EXPECT_EQ(w0.dtype(), DType::F16);
+  NoGradGuard no_grad;
+  const Tensor y = (*net)(randn({2, 3, 8, 8}, gen).to(DType::F16));
+  EXPECT_EQ(y.dtype(), DType::F16);
+  EXPECT_EQ(y.shape(), (Shape{2, 4}));
+}
+
+TEST(Module, StateDictRoundTripAndErrors) {
+  Generator g1(1), g2(2);
+  auto a = tiny_cnn(g1);
+  auto b = tiny_cnn(g2);
+  b->load_state_dict(a->state_dict());
+  a->eval();
+  b->eval();
+  NoGradGuard no_grad;
+  const Tensor x = randn({2, 3, 8, 8}, g1);
+  EXPECT_EQ((*a)(x).to_vector<float>(), (*b)(x).to_vector<float>());
+  auto state = a->state_dict();
+  state.erase("0.weight");
+  try {
+    b->load_state_dict(state);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("missing key '0.weight'"));
+  }
+  state = a->state_dict();
+  state["9.weight"] = zeros({5, 16});
+  try {
+    b->load_state_dict(state);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'9.weight' has shape [5, 16] in the state but [4, 16] in the module"));
+  }
+}
+
+TEST(Module, TrainUpdatesRunningStatsAndEvalUsesThem) {
+  nn::BatchNorm2d bn({3});
+  Generator gen(3);
+  const Tensor x = randn({8, 3, 4, 4}, gen) * 2.0 + 1.0;
+  {
+    NoGradGuard no_grad;
+    bn(x);
+  }
+  const std::vector<float> rm = bn.running_mean.to_vector<float>();
+  const std::vector<float> batch_mean = mean(x, {0, 2, 3}).to_vector<float>();
+  for (size_t c = 0; c < 3; ++c) EXPECT_NEAR(rm[c], 0.1f * batch_mean[c], 1e-5f);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  bn.eval();
+  NoGradGuard no_grad;
+  const Tensor y = bn(x);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  EXPECT_EQ(bn.running_mean.to_vector<float>(), rm);  // eval leaves the statistics alone
+  EXPECT_EQ(y.shape(), x.shape());
+}
+
+TEST(Module, TinyCnnLossDecreasesOverTwentySgdSteps) {
+  Generator gen(11);
+  auto net = tiny_cnn(gen);
+  const Tensor x = randn({16, 3, 8, 8}, gen);
+  std::vector<int64_t> labels;
+  for (int i = 0; i < 16; ++i) labels.push_back(i % 4);
+  const Tensor y = tensor(labels, {16});
+  optim::SGD::Options o;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  optim::SGD opt(net->parameters(), o);
+  std::vector<float> losses;
+  for (int step = 0; step < 20; ++step) {
+    opt.zero_grad();
+    const Tensor loss = cross_entropy((*net)(x), y);
+    loss.backward();
+    opt.step();
+    losses.push_back(loss.item<float>());
+  }
+  EXPECT_LT(losses.back(), 0.5f * losses.front()) << "first " << losses.front() << ", last " << losses.back();
+}
+
+}  // namespace
+}  // namespace demi
