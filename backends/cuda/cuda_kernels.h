@@ -1,0 +1,109 @@
+// CudaKernels: the CUDA backend for one device, owning that device's stream and library handles.
+// Each kernel family is defined in the .cu file of the same stem; this class only gathers them.
+// Internal to backends/cuda: included only by .cu files (cuda_registry.h is the plain-C++ face).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "backends/kernels.h"
+
+#if DEMI_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+namespace demi::backend::cuda {
+
+class CudaKernels final : public Kernels {
+ public:
+  // device.cu: creates the stream and handles on device `index` (already validated).
+  explicit CudaKernels(int index);
+  ~CudaKernels() override;
+  CudaKernels(const CudaKernels&) = delete;
+  CudaKernels& operator=(const CudaKernels&) = delete;
+
+  Device device() const override { return Device::cuda(index_); }
+
+  // memory.cu
+  void* raw_allocate(size_t bytes) override;
+  void raw_free(void* ptr) override;
+  void copy_from_host(const void* host_src, void* dst, size_t bytes) override;
+  void copy_to_host(const void* src, void* host_dst, size_t bytes) override;
+  void copy(const void* src, void* dst, size_t bytes) override;
+  void synchronize() override;
+
+  // elementwise.cu
+  void fill(const TensorRef& y, double value) override;
+  void cast(const TensorRef& x, const TensorRef& y) override;
+  void unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) override;
+  void binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) override;
+
+  // not_yet.cu: each throws demi::Error until its CUDA kernel lands.
+  void reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) override;
+  void gemm(const GemmArgs& args) override;
+  void conv2d_forward(const Conv2dArgs& args) override;
+  void conv2d_backward_data(const Conv2dArgs& args) override;
+  void conv2d_backward_weight(const Conv2dArgs& args) override;
+  void pool2d_forward(const Pool2dArgs& args) override;
+  void pool2d_backward(const Pool2dArgs& args) override;
+  void batch_norm_forward(const BatchNormArgs& args) override;
+  void batch_norm_backward(const BatchNormArgs& args) override;
+  void softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) override;
+  void softmax_backward(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
+                        const TensorRef& grad_x) override;
+  void cross_entropy_forward(const CrossEntropyArgs& args) override;
+  void cross_entropy_backward(const CrossEntropyArgs& args) override;
+  void random(const RandomArgs& args) override;
+  void sgd_step(const SgdArgs& args) override;
+
+  int index() const { return index_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasLtHandle_t cublaslt() const { return cublaslt_; }
+  // One device word through which a kernel reports back to the host (the first element a checked
+  // cast could not convert). Kernels of one CudaKernels run one at a time on its stream.
+  unsigned long long* report() const { return report_; }
+#if DEMI_HAVE_CUDNN
+  // Created on first use (device.cu): cudnnCreate loads cuDNN's sub-libraries, which costs
+  // hundreds of milliseconds that a run without convolutions should not pay.
+  cudnnHandle_t cudnn();
+#endif
+
+  // Blocks for a grid-stride loop of `threads`-wide blocks over n > 0 elements: enough to fill
+  // every SM once (2048 resident threads each), fewer when n is small.
+  unsigned blocks_for(int64_t n, int threads) const {
+    const int64_t wanted = (n + threads - 1) / threads;
+    const int64_t full = static_cast<int64_t>(sm_count_) * (2048 / threads);
+    return static_cast<unsigned>(wanted < full ? wanted : full);
+  }
+
+ private:
+  void release() noexcept;  // destroys whatever the constructor created; errors are ignored
+
+  int index_;
+  int sm_count_ = 1;
+  cudaStream_t stream_ = nullptr;          // every kernel and copy of this device runs here
+  cublasLtHandle_t cublaslt_ = nullptr;    // gemm (TODO: its workspace joins when gemm lands)
+  unsigned long long* report_ = nullptr;
+#if DEMI_HAVE_CUDNN
+  std::once_flag cudnn_once_;
+  cudnnHandle_t cudnn_ = nullptr;
+#endif
+};
+
+// Makes device `index` current for a scope and restores the caller's device after, so that
+// allocations, streams and launches of cuda:i happen on device i whatever the thread's state.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+}  // namespace demi::backend::cuda

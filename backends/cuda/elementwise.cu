@@ -1,0 +1,452 @@
+// Element-wise kernels on CUDA: fill, cast, unary and (broadcasting) binary, with the CPU backend's
+// semantics (backends/kernels.h). Half types are computed in fp32 and rounded once on store. One
+// kernel per dtype with the op as a uniform runtime switch: these loops are memory-bound, and it
+// keeps the instantiations (and the compile time of every CI run) small.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_kernels.h"
+
+namespace demi::backend::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxDims = 8;  // dimensions a broadcast can keep after coalescing
+constexpr double kSqrtHalf = 0.70710678118654752440;    // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
+
+// --- Scalar types and conversions --------------------------------------------------------------
+
+template <typename T> struct Tag { using type = T; };
+
+// Calls fn(Tag<T>{}) with T the device type of a floating dtype; throws for the others.
+template <typename Fn>
+void dispatch_floating(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::F32: fn(Tag<float>{}); return;
+    case DType::F64: fn(Tag<double>{}); return;
+    case DType::F16: fn(Tag<__half>{}); return;
+    case DType::BF16: fn(Tag<__nv_bfloat16>{}); return;
+    default:
+      DEMI_THROW(op, ": the CUDA backend computes float32, float64, float16 and bfloat16 here, got ",
+                 dtype, "; cast the operands first");
+  }
+}
+
+// Calls fn(Tag<T>{}) for every dtype.
+template <typename Fn>
+void dispatch_all(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::I64: fn(Tag<int64_t>{}); return;
+    case DType::U8: fn(Tag<uint8_t>{}); return;
+    default: dispatch_floating(dtype, op, fn);
+  }
+}
+
+// The type a stored value is read into: fp32 for the half types (it holds them exactly and
+// arithmetic happens there), int64 for the integers, else the type itself.
+template <typename T> struct Acc { using type = T; };
+template <> struct Acc<__half> { using type = float; };
+template <> struct Acc<__nv_bfloat16> { using type = float; };
+template <> struct Acc<uint8_t> { using type = int64_t; };
+template <typename T> using acc_t = typename Acc<T>::type;
+
+__device__ inline float widen(float v) { return v; }
+__device__ inline double widen(double v) { return v; }
+__device__ inline float widen(__half v) { return __half2float(v); }
+__device__ inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline int64_t widen(int64_t v) { return v; }
+__device__ inline int64_t widen(uint8_t v) { return v; }
+
+// Narrow<To>::from(w): the one rounding into a floating storage type, round-to-nearest-even. A
+// double or int64 goes to fp16 / bf16 directly, never through fp32 (which would round twice), as
+// the CPU backend's round_to does. Integer targets go through the checked cast below instead.
+template <typename To> struct Narrow {
+  template <typename W> __device__ static To from(W w) { return static_cast<To>(w); }
+};
+template <> struct Narrow<__half> {
+  __device__ static __half from(float w) { return __float2half_rn(w); }
+  __device__ static __half from(double w) { return __double2half(w); }
+  __device__ static __half from(int64_t w) { return __double2half(static_cast<double>(w)); }
+};
+template <> struct Narrow<__nv_bfloat16> {
+  __device__ static __nv_bfloat16 from(float w) { return __float2bfloat16_rn(w); }
+  __device__ static __nv_bfloat16 from(double w) { return __double2bfloat16(w); }
+  __device__ static __nv_bfloat16 from(int64_t w) { return __double2bfloat16(static_cast<double>(w)); }
+};
+
+// Whether v, truncated toward zero (as C++ and PyTorch do), is a value of integer type I. False
+// for NaN and inf. The same test as the CPU backend's, so both refuse the same elements.
+template <typename I> __host__ __device__ inline bool fits_integer(double v) {
+  if constexpr (std::is_same_v<I, uint8_t>) return v > -1.0 && v < 256.0;
+  else return v >= -0x1p63 && v < 0x1p63;
+}
+
+// Precise libdevice math in fp32 or fp64 by overload (no fast-math: parity with the CPU matters).
+namespace dmath {
+__device__ inline float exp(float v) { return ::expf(v); }
+__device__ inline double exp(double v) { return ::exp(v); }
+__device__ inline float log(float v) { return ::logf(v); }
+__device__ inline double log(double v) { return ::log(v); }
+__device__ inline float sqrt(float v) { return ::sqrtf(v); }
+__device__ inline double sqrt(double v) { return ::sqrt(v); }
+__device__ inline float erf(float v) { return ::erff(v); }
+__device__ inline double erf(double v) { return ::erf(v); }
+__device__ inline float pow(float v, float p) { return ::powf(v, p); }
+__device__ inline double pow(double v, double p) { return ::pow(v, p); }
+// alpha * x + beta rounded twice, never contracted into an FMA: the CPU's (Eigen, ISO C++ with
+// -ffp-contract=off) arithmetic, so that scalar scaling matches bit for bit.
+__device__ inline float affine(float x, float alpha, float beta) { return __fadd_rn(__fmul_rn(alpha, x), beta); }
+__device__ inline double affine(double x, double alpha, double beta) { return __dadd_rn(__dmul_rn(alpha, x), beta); }
+}  // namespace dmath
+
+// --- The ops, in the arithmetic type A (float or double) ---------------------------------------
+
+template <typename A>
+__device__ inline A unary_op(UnaryKind kind, A x, A alpha, A beta) {
+  switch (kind) {
+    case UnaryKind::Neg: return -x;
+    case UnaryKind::Exp: return dmath::exp(x);
+    case UnaryKind::Log: return dmath::log(x);
+    case UnaryKind::Sqrt: return dmath::sqrt(x);
+    case UnaryKind::Relu: return x < A(0) ? A(0) : x;  // a select, not max(x, 0): NaN stays NaN
+    case UnaryKind::Gelu: return A(0.5) * x * (A(1) + dmath::erf(x * A(kSqrtHalf)));
+    case UnaryKind::Pow: return alpha == A(2) ? x * x : dmath::pow(x, alpha);  // square exactly
+    case UnaryKind::Affine: return dmath::affine(x, alpha, beta);
+  }
+  return x;
+}
+
+template <typename A>
+__device__ inline A binary_op(BinaryKind kind, A a, A b) {
+  switch (kind) {
+    case BinaryKind::Add: return a + b;
+    case BinaryKind::Sub: return a - b;
+    case BinaryKind::Mul: return a * b;
+    case BinaryKind::Div: return a / b;
+    // A select, not a * (b > 0): an inf or NaN gradient where the unit is off gives 0, not NaN
+    // (PyTorch's threshold_backward).
+    case BinaryKind::ReluBackward: return b > A(0) ? a : A(0);
+    case BinaryKind::GeluBackward: {  // d/dx [x Phi(x)] = Phi(x) + x phi(x)
+      const A cdf = A(0.5) * (A(1) + dmath::erf(b * A(kSqrtHalf)));
+      const A pdf = dmath::exp(A(-0.5) * b * b) * A(kInvSqrt2Pi);
+      return a * (cdf + b * pdf);
+    }
+  }
+  return a;
+}
+
+// --- Kernels (all grid-stride loops over contiguous row-major buffers) -------------------------
+
+// y[i] = value for i in [0, n): y holds n elements of `Bits`' width (the value's bit pattern).
+template <typename Bits>
+__global__ void fill_kernel(Bits* y, Bits value, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = value;
+}
+
+// y[i] = x[i] rounded once into To, for i in [0, n): x of From, y of a floating To, same numel.
+template <typename To, typename From>
+__global__ void cast_kernel(const From* x, To* y, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = Narrow<To>::from(widen(x[i]));
+}
+
+// y[i] = x[i] truncated toward zero, for i in [0, n): x of From, y of an integer To, same numel.
+// An element that does not fit is not written; the smallest such i goes to *first_bad, which the
+// host set to all ones beforehand.
+template <typename To, typename From>
+__global__ void cast_to_integer_kernel(const From* x, To* y, int64_t n, unsigned long long* first_bad) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const double v = static_cast<double>(widen(x[i]));
+    if (fits_integer<To>(v)) y[i] = static_cast<To>(v);
+    else atomicMin(first_bad, static_cast<unsigned long long>(i));
+  }
+}
+
+// y[i] = op(x[i]) for i in [0, n): x and y of T, same numel (may alias).
+template <typename T>
+__global__ void unary_kernel(UnaryKind kind, const T* x, T* y, int64_t n, acc_t<T> alpha, acc_t<T> beta) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = Narrow<T>::from(unary_op(kind, widen(x[i]), alpha, beta));
+}
+
+// y[i] = op(a[i], b[i]) for i in [0, n): a, b and y of T and the same shape.
+template <typename T>
+__global__ void binary_kernel(BinaryKind kind, const T* a, const T* b, T* y, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = Narrow<T>::from(binary_op(kind, widen(a[i]), widen(b[i])));
+}
+
+// y's extents after coalescing, innermost first, with a's and b's element strides along each
+// (0 where that operand is broadcast).
+template <typename Index>
+struct BroadcastIndex {
+  int rank = 0;
+  Index extent[kMaxDims] = {};
+  Index stride_a[kMaxDims] = {};
+  Index stride_b[kMaxDims] = {};
+};
+
+// y[i] = op(a[offset_a(i)], b[offset_b(i)]) for i in [0, n) = y's elements in row-major order.
+// Index is uint32_t when n < 2^31 (its divisions are several times cheaper than int64's).
+template <typename T, typename Index>
+__global__ void binary_broadcast_kernel(BinaryKind kind, const T* a, const T* b, T* y, Index n,
+                                        BroadcastIndex<Index> ix) {
+  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x) {
+    Index rest = i, offset_a = 0, offset_b = 0;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {  // unrolled: the parameter arrays stay statically indexed
+      if (d == ix.rank) break;
+      const Index coord = rest % ix.extent[d];
+      rest /= ix.extent[d];
+      offset_a += coord * ix.stride_a[d];
+      offset_b += coord * ix.stride_b[d];
+    }
+    y[i] = Narrow<T>::from(binary_op(kind, widen(a[offset_a]), widen(b[offset_b])));
+  }
+}
+
+// --- Host helpers ------------------------------------------------------------------------------
+
+// The value of one element of dtype `dtype` whose bytes are the low bytes of `raw` (little-endian).
+double host_value(DType dtype, uint64_t raw) {
+  switch (dtype) {
+    case DType::F32: { float v; std::memcpy(&v, &raw, 4); return v; }
+    case DType::F64: { double v; std::memcpy(&v, &raw, 8); return v; }
+    case DType::F16: return Half::from_bits(static_cast<uint16_t>(raw));
+    case DType::BF16: return BFloat16::from_bits(static_cast<uint16_t>(raw));
+    case DType::I64: return static_cast<double>(static_cast<int64_t>(raw));
+    case DType::U8: return static_cast<double>(raw & 0xff);
+  }
+  return 0.0;
+}
+
+const char* unary_name(UnaryKind kind) {
+  switch (kind) {
+    case UnaryKind::Neg: return "unary(neg)";
+    case UnaryKind::Exp: return "unary(exp)";
+    case UnaryKind::Log: return "unary(log)";
+    case UnaryKind::Sqrt: return "unary(sqrt)";
+    case UnaryKind::Relu: return "unary(relu)";
+    case UnaryKind::Gelu: return "unary(gelu)";
+    case UnaryKind::Pow: return "unary(pow)";
+    case UnaryKind::Affine: return "unary(affine)";
+  }
+  return "unary";
+}
+
+const char* binary_name(BinaryKind kind) {
+  switch (kind) {
+    case BinaryKind::Add: return "binary(add)";
+    case BinaryKind::Sub: return "binary(sub)";
+    case BinaryKind::Mul: return "binary(mul)";
+    case BinaryKind::Div: return "binary(div)";
+    case BinaryKind::ReluBackward: return "binary(relu_backward)";
+    case BinaryKind::GeluBackward: return "binary(gelu_backward)";
+  }
+  return "binary";
+}
+
+// Element strides of contiguous `s` seen in y's index space: aligned from the right, 0 where s has
+// extent 1 (broadcast) or no dimension at all. Throws when s does not broadcast to y's shape.
+std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& y, const char* op, const char* name) {
+  DEMI_CHECK(s.size() <= y.size(), op, ": ", name, " ", s, " does not broadcast to y's shape ", y,
+             " (more dimensions); y must have the broadcast shape of a and b or a larger one");
+  std::vector<int64_t> strides(y.size(), 0);
+  int64_t running = 1;
+  for (size_t k = 0; k < s.size(); ++k) {
+    const int64_t extent = s[s.size() - 1 - k];
+    const size_t dim = y.size() - 1 - k;
+    DEMI_CHECK(extent == y[dim] || extent == 1, op, ": ", name, " ", s,
+               " does not broadcast to y's shape ", y, " (dimension ", dim, " is ", extent, " vs ",
+               y[dim], "); extents must match or be 1");
+    strides[dim] = extent == 1 ? 0 : running;
+    running *= extent;
+  }
+  return strides;
+}
+
+// y's dimensions, innermost first, without extents of 1 and with neighbours merged wherever both
+// operands stay linear across them: [N, C, H, W] + [C, 1, 1] becomes [N, C, H*W] + [C, 1].
+template <typename Index>
+BroadcastIndex<Index> coalesce(const Shape& y, const std::vector<int64_t>& sa, const std::vector<int64_t>& sb,
+                               const char* op) {
+  struct Dim { int64_t extent, stride_a, stride_b; };
+  std::vector<Dim> dims;
+  for (size_t k = y.size(); k-- > 0;) {
+    if (y[k] == 1) continue;
+    const Dim d{y[k], sa[k], sb[k]};
+    if (!dims.empty()) {
+      Dim& inner = dims.back();
+      if (d.stride_a == inner.stride_a * inner.extent && d.stride_b == inner.stride_b * inner.extent) {
+        inner.extent *= d.extent;
+        continue;
+      }
+    }
+    dims.push_back(d);
+  }
+  DEMI_CHECK(dims.size() <= static_cast<size_t>(kMaxDims), op, ": y's shape ", y, " needs ", dims.size(),
+             " dimensions after merging, the CUDA backend handles up to ", kMaxDims,
+             "; reshape the operands to fewer dimensions");
+  BroadcastIndex<Index> ix;
+  ix.rank = static_cast<int>(dims.size());
+  for (size_t d = 0; d < dims.size(); ++d) {
+    ix.extent[d] = static_cast<Index>(dims[d].extent);
+    ix.stride_a[d] = static_cast<Index>(dims[d].stride_a);
+    ix.stride_b[d] = static_cast<Index>(dims[d].stride_b);
+  }
+  return ix;
+}
+
+}  // namespace
+
+// fill: y (any dtype, n elements) = value rounded once into y's dtype. Integer dtypes take the
+// value truncated toward zero and refuse one that does not fit rather than wrap it silently.
+void CudaKernels::fill(const TensorRef& y, double value) {
+  uint64_t bits = 0;
+  switch (y.dtype) {
+    case DType::F32: { const float v = static_cast<float>(value); std::memcpy(&bits, &v, 4); break; }
+    case DType::F64: std::memcpy(&bits, &value, 8); break;
+    // Straight from double, one rounding (cuda_fp16's host conversions), like the CPU's round_to.
+    case DType::F16: bits = static_cast<__half_raw>(__double2half(value)).x; break;
+    case DType::BF16: bits = static_cast<__nv_bfloat16_raw>(__double2bfloat16(value)).x; break;
+    case DType::I64:
+    case DType::U8: {
+      const bool fits = y.dtype == DType::U8 ? fits_integer<uint8_t>(value) : fits_integer<int64_t>(value);
+      DEMI_CHECK(fits, "fill: value ", value, " does not fit in ", y.dtype, " tensor ", y.shape,
+                 "; fill an integer tensor with a finite value in its range");
+      const int64_t v = static_cast<int64_t>(value);
+      std::memcpy(&bits, &v, 8);  // little-endian: the low bytes are the uint8 value
+      break;
+    }
+  }
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  const size_t width = dtype_size(y.dtype);
+  const DeviceGuard guard(index_);
+  // One repeated byte (zeros above all): a memset, no kernel.
+  bool one_byte = true;
+  for (size_t k = 1; k < width; ++k) one_byte = one_byte && ((bits >> (8 * k)) & 0xff) == (bits & 0xff);
+  if (one_byte) {
+    DEMI_CUDA_CHECK(cudaMemsetAsync(y.data, static_cast<int>(bits & 0xff), y.nbytes(), stream_));
+    return;
+  }
+  const unsigned blocks = blocks_for(n, kThreads);
+  switch (width) {
+    case 2: fill_kernel<<<blocks, kThreads, 0, stream_>>>(y.as<uint16_t>(), static_cast<uint16_t>(bits), n); break;
+    case 4: fill_kernel<<<blocks, kThreads, 0, stream_>>>(y.as<uint32_t>(), static_cast<uint32_t>(bits), n); break;
+    default: fill_kernel<<<blocks, kThreads, 0, stream_>>>(y.as<uint64_t>(), bits, n); break;
+  }
+  DEMI_CUDA_LAUNCH_CHECK("fill_kernel");
+}
+
+// cast: x [any shape] of any dtype -> y of any dtype with x's numel, element by element. Into an
+// integer dtype an element that does not fit (NaN, inf, out of range) throws, as on the CPU; that
+// check costs one synchronisation, paid only by casts into integers.
+void CudaKernels::cast(const TensorRef& x, const TensorRef& y) {
+  const int64_t n = x.numel();
+  DEMI_CHECK(n == y.numel(), "cast: x ", x.shape, " (", x.dtype, ") has ", n, " elements but y ", y.shape,
+             " (", y.dtype, ") has ", y.numel(), "; give y x's shape");
+  if (n == 0) return;
+  const DeviceGuard guard(index_);
+  if (x.dtype == y.dtype) {
+    if (x.data != y.data)
+      DEMI_CUDA_CHECK(cudaMemcpyAsync(y.data, x.data, x.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  const unsigned blocks = blocks_for(n, kThreads);
+  const bool checked = !is_floating(y.dtype) && x.dtype != DType::U8;  // uint8 fits in int64
+  if (checked) DEMI_CUDA_CHECK(cudaMemsetAsync(report_, 0xff, sizeof(*report_), stream_));
+  dispatch_all(x.dtype, "cast", [&](auto from) {
+    using From = typename decltype(from)::type;
+    dispatch_all(y.dtype, "cast", [&](auto to) {
+      using To = typename decltype(to)::type;
+      if constexpr (std::is_same_v<From, To>) {
+        DEMI_INTERNAL_CHECK(false, "cast: same dtype ", x.dtype, " reached the kernel dispatch");
+      } else if constexpr (std::is_integral_v<To> && !std::is_same_v<From, uint8_t>) {
+        cast_to_integer_kernel<To, From><<<blocks, kThreads, 0, stream_>>>(x.as<const From>(), y.as<To>(), n, report_);
+        DEMI_CUDA_LAUNCH_CHECK("cast_to_integer_kernel");
+      } else {
+        cast_kernel<To, From><<<blocks, kThreads, 0, stream_>>>(x.as<const From>(), y.as<To>(), n);
+        DEMI_CUDA_LAUNCH_CHECK("cast_kernel");
+      }
+    });
+  });
+  if (!checked) return;
+  unsigned long long first_bad = 0;
+  DEMI_CUDA_CHECK(cudaMemcpyAsync(&first_bad, report_, sizeof(first_bad), cudaMemcpyDeviceToHost, stream_));
+  DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (first_bad == ~0ull) return;
+  const int64_t bad = static_cast<int64_t>(first_bad);
+  uint64_t raw = 0;  // the offending element's bits, to show its value
+  const size_t width = dtype_size(x.dtype);
+  DEMI_CUDA_CHECK(cudaMemcpyAsync(&raw, static_cast<const char*>(x.data) + bad * static_cast<int64_t>(width),
+                                  width, cudaMemcpyDeviceToHost, stream_));
+  DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  DEMI_THROW("cast: element ", bad, " of ", x.dtype, " tensor ", x.shape, " is ", host_value(x.dtype, raw),
+             ", which does not fit in ", y.dtype,
+             y.dtype == DType::U8 ? " (range [0, 255])" : " (range [-2^63, 2^63))",
+             "; clamp or mask the values before casting");
+}
+
+// unary: x [any shape] -> y of x's numel and dtype (floating), y = op(x; alpha, beta).
+void CudaKernels::unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) {
+  const char* op = unary_name(kind);
+  DEMI_CHECK(x.dtype == y.dtype && x.numel() == y.numel(), op, ": x is ", x.shape, " ", x.dtype, " but y is ",
+             y.shape, " ", y.dtype, "; y must have x's dtype and number of elements");
+  const int64_t n = x.numel();
+  dispatch_floating(x.dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (n == 0) return;
+    const DeviceGuard guard(index_);
+    unary_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
+        kind, x.as<const T>(), y.as<T>(), n, static_cast<acc_t<T>>(alpha), static_cast<acc_t<T>>(beta));
+    DEMI_CUDA_LAUNCH_CHECK("unary_kernel");
+  });
+}
+
+// binary: a and b broadcast (numpy rules) to y's shape, which may be larger than their own
+// broadcast shape; a, b and y share a floating dtype. Same-shape operands take a flat loop.
+void CudaKernels::binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
+  const char* op = binary_name(kind);
+  DEMI_CHECK(a.dtype == b.dtype && a.dtype == y.dtype, op, ": a is ", a.dtype, ", b is ", b.dtype,
+             " and y is ", y.dtype, "; all three must share one dtype (cast first)");
+  const std::vector<int64_t> sa = broadcast_strides(a.shape, y.shape, op, "a");
+  const std::vector<int64_t> sb = broadcast_strides(b.shape, y.shape, op, "b");
+  const int64_t n = y.numel();
+  // Threads write y while others still read a broadcast operand through the same memory.
+  DEMI_CHECK(a.data != y.data || a.numel() == n, op, ": y aliases a ", a.shape, ", which broadcasts to y ",
+             y.shape, "; in-place is only possible into a full-shape operand");
+  DEMI_CHECK(b.data != y.data || b.numel() == n, op, ": y aliases b ", b.shape, ", which broadcasts to y ",
+             y.shape, "; in-place is only possible into a full-shape operand");
+  dispatch_floating(y.dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (n == 0) return;
+    const DeviceGuard guard(index_);
+    const unsigned blocks = blocks_for(n, kThreads);
+    if (a.numel() == n && b.numel() == n) {  // both already have y's layout
+      binary_kernel<T><<<blocks, kThreads, 0, stream_>>>(kind, a.as<const T>(), b.as<const T>(), y.as<T>(), n);
+      DEMI_CUDA_LAUNCH_CHECK("binary_kernel");
+    } else if (n < (int64_t{1} << 31)) {
+      // Built before the launch: a throw between <<<>>> and the call would strand its configuration.
+      const BroadcastIndex<uint32_t> ix = coalesce<uint32_t>(y.shape, sa, sb, op);
+      binary_broadcast_kernel<T, uint32_t><<<blocks, kThreads, 0, stream_>>>(
+          kind, a.as<const T>(), b.as<const T>(), y.as<T>(), static_cast<uint32_t>(n), ix);
+      DEMI_CUDA_LAUNCH_CHECK("binary_broadcast_kernel");
+    } else {
+      const BroadcastIndex<int64_t> ix = coalesce<int64_t>(y.shape, sa, sb, op);
+      binary_broadcast_kernel<T, int64_t><<<blocks, kThreads, 0, stream_>>>(
+          kind, a.as<const T>(), b.as<const T>(), y.as<T>(), n, ix);
+      DEMI_CUDA_LAUNCH_CHECK("binary_broadcast_kernel");
+    }
+  });
+}
+
+}  // namespace demi::backend::cuda

@@ -1,0 +1,67 @@
+// CUDA memory: raw cudaMalloc / cudaFree (the caching allocator in framework/tensor sits on top, so
+// these run only on a cache miss) and copies on the device's stream. Host copies synchronise before
+// returning, so the host buffer may be reused or freed at once.
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_kernels.h"
+
+namespace demi::backend::cuda {
+
+void* CudaKernels::raw_allocate(size_t bytes) {
+  const DeviceGuard guard(index_);
+  void* ptr = nullptr;
+  // cudaMalloc(0) yields nullptr; a 0-byte tensor still gets a distinct pointer, as on the CPU.
+  const cudaError_t status = cudaMalloc(&ptr, bytes == 0 ? 1 : bytes);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // out of memory is not sticky: clear it so later checks pass
+    size_t free_bytes = 0, total_bytes = 0;
+    DEMI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    DEMI_THROW("CUDA allocator: out of memory allocating ", bytes, " bytes on cuda:", index_, " (",
+               free_bytes, " of ", total_bytes,
+               " bytes free); reduce the batch size, free tensors or use a smaller model");
+  }
+  DEMI_CUDA_CHECK(status);
+  return ptr;
+}
+
+void CudaKernels::raw_free(void* ptr) {
+  if (ptr == nullptr) return;
+  // At process exit the runtime may unload before the caching allocator's destructor returns its
+  // blocks: the memory goes with the context then, and a throw from a destructor would abort.
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaErrorCudartUnloading) return;
+  const DeviceGuard guard(index_);
+  DEMI_CUDA_CHECK(cudaFree(ptr));
+}
+
+void CudaKernels::copy_from_host(const void* host_src, void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  const DeviceGuard guard(index_);
+  DEMI_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+  DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaKernels::copy_to_host(const void* src, void* host_dst, size_t bytes) {
+  if (bytes == 0) return;
+  const DeviceGuard guard(index_);
+  DEMI_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaKernels::copy(const void* src, void* dst, size_t bytes) {
+  if (bytes == 0 || src == dst) return;
+  const auto s = reinterpret_cast<uintptr_t>(src);
+  const auto d = reinterpret_cast<uintptr_t>(dst);
+  // The CPU backend's copy is a memmove; cudaMemcpy's result for overlapping ranges is undefined.
+  DEMI_CHECK(s + bytes <= d || d + bytes <= s, "copy on cuda:", index_, ": source and destination of ",
+             bytes, " bytes overlap (", src, " and ", dst,
+             "); the CUDA backend copies only between disjoint buffers");
+  const DeviceGuard guard(index_);
+  DEMI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaKernels::synchronize() {
+  const DeviceGuard guard(index_);
+  DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace demi::backend::cuda
