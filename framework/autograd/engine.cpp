@@ -3,6 +3,7 @@
 // the gradients that reach each node before running it.
 #include <unordered_map>
 
+#include "framework/amp/autocast_apply.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"
 #include "framework/ops/ops.h"
@@ -67,6 +68,7 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
   DEMI_CHECK(grad.shape() == root.shape(), "backward(): grad_output of shape ", grad.shape(),
              " does not match the output's shape ", root.shape());
   NoGradGuard no_grad;
+  amp::detail::SuspendGuard no_autocast;  // backward formulas run in the dtypes forward saved
   grad = grad.to(root.dtype());
 
   const Edge root_edge = edge_of(root);

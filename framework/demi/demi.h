@@ -1,6 +1,7 @@
 // The umbrella header: #include <demi/demi.h> gives the whole public API.
 #pragma once
 
+#include "framework/amp/autocast.h"
 #include "framework/amp/category.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"

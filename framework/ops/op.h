@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/amp/autocast_apply.h"
 #include "framework/amp/category.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"
@@ -35,13 +36,41 @@ template <typename T> constexpr bool is_tensor_v = std::is_same_v<std::decay_t<T
 template <typename Arg> void collect_tensor(std::vector<const Tensor*>& out, const Arg& arg) {
   if constexpr (is_tensor_v<Arg>) out.push_back(&arg);
 }
+
+// Under autocast: a tensor argument cast to the op's target dtype; anything else passed through.
+template <typename Arg> decltype(auto) autocast_arg(const Arg& arg, DType target) {
+  if constexpr (is_tensor_v<Arg>) {
+    return amp::detail::autocast_input(arg, target);
+  } else {
+    return (arg);
+  }
+}
+
+template <typename Op, typename... Args>
+Tensor apply_recorded(const Args&... args);
 }  // namespace detail
 
 // Runs Op on args (tensors and plain values, in Op::forward's order) and records it for backward.
+// Under autocast the tensor inputs are first cast as the op's category says (the casts are
+// recorded too, so gradients return in the source dtypes).
 template <typename Op, typename... Args>
 Tensor apply(const Args&... args) {
+  if (amp::detail::any_autocast_enabled()) {
+    std::vector<const Tensor*> inputs;
+    (detail::collect_tensor(inputs, args), ...);
+    DType target;
+    if (amp::detail::autocast_target(Op::kCast, inputs, &target)) {
+      return detail::apply_recorded<Op>(detail::autocast_arg(args, target)...);
+    }
+  }
+  return detail::apply_recorded<Op>(args...);
+}
+
+namespace detail {
+template <typename Op, typename... Args>
+Tensor apply_recorded(const Args&... args) {
   std::vector<const Tensor*> inputs;
-  (detail::collect_tensor(inputs, args), ...);
+  (collect_tensor(inputs, args), ...);
   std::vector<bool> needs_grad(inputs.size(), false);
   bool record = false;
   if (is_grad_enabled()) {
@@ -53,7 +82,8 @@ Tensor apply(const Args&... args) {
   OpContext ctx(Op::kName, needs_grad, record);
   Tensor out;
   {
-    NoGradGuard no_grad;  // ops used inside forward are not recorded
+    NoGradGuard no_grad;              // ops used inside forward are not recorded,
+    amp::detail::SuspendGuard no_autocast;  // nor autocast again
     out = Op::forward(ctx, args...);
   }
   if (record) {
@@ -69,6 +99,7 @@ Tensor apply(const Args&... args) {
   }
   return out;
 }
+}  // namespace detail
 
 // One row of the op table (framework/ops/op_list.h): name and autocast category.
 struct OpInfo {
