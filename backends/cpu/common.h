@@ -1,0 +1,180 @@
+// Helpers shared by the CPU kernel files: dtype dispatch, half <-> fp32 loads and stores, and the
+// OpenMP parallel loop. Internal to backends/cpu.
+#pragma once
+
+#if defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+#endif
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <cstdlib>
+#include <type_traits>
+
+#include "backends/kernels.h"
+
+namespace demi::backend::cpu {
+
+// Storage types of each DType inside the CPU backend. Eigen::half / Eigen::bfloat16 have the same
+// bits as demi::Half / demi::BFloat16.
+template <DType D> struct CType;
+template <> struct CType<DType::F32> { using type = float; };
+template <> struct CType<DType::F64> { using type = double; };
+template <> struct CType<DType::F16> { using type = Eigen::half; };
+template <> struct CType<DType::BF16> { using type = Eigen::bfloat16; };
+template <> struct CType<DType::I64> { using type = int64_t; };
+template <> struct CType<DType::U8> { using type = uint8_t; };
+
+// The type arithmetic on T is done in: fp32 for the half types (one rounding on store), else T.
+template <typename T> struct AccType { using type = T; };
+template <> struct AccType<Eigen::half> { using type = float; };
+template <> struct AccType<Eigen::bfloat16> { using type = float; };
+template <typename T> using acc_t = typename AccType<T>::type;
+
+// Calls fn(T{}) with T the C++ type of a floating dtype; throws for other dtypes.
+template <typename Fn>
+void dispatch_floating(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::F32: fn(float{}); return;
+    case DType::F64: fn(double{}); return;
+    case DType::F16: fn(Eigen::half{}); return;
+    case DType::BF16: fn(Eigen::bfloat16{}); return;
+    default: DEMI_THROW(op, ": the CPU backend supports float32, float64, float16 and bfloat16, got ", dtype);
+  }
+}
+
+// Calls fn(T{}) for every dtype.
+template <typename Fn>
+void dispatch_all(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::I64: fn(int64_t{}); return;
+    case DType::U8: fn(uint8_t{}); return;
+    default: dispatch_floating(dtype, op, fn);
+  }
+}
+
+// Runs body(begin, end) over [0, n) split across the CPU backend's threads; serially when the work
+// (n * cost_per_item) is too small to pay for waking threads.
+template <typename Body>
+void parallel_for(int64_t n, int64_t cost_per_item, Body&& body) {
+  const int64_t work = n * cost_per_item;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (threads <= 1 || work < 32768 || n < 2) {
+    body(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    const int nt = omp_get_num_threads();
+    const int64_t chunk = (n + nt - 1) / nt;
+    const int64_t begin = std::min<int64_t>(n, t * chunk);
+    const int64_t end = std::min<int64_t>(n, begin + chunk);
+    if (begin < end) body(begin, end);
+  }
+}
+
+// Converts n elements From -> To; a half destination is rounded once, to nearest even (NaN stays
+// NaN, fp16 overflows to inf). half <-> fp32 use F16C and AVX2 directly, because Eigen 3.4's
+// cast<>() runs those element by element; other pairs go through Eigen.
+template <typename From, typename To>
+void convert_n(const From* src, To* dst, int64_t n) {
+  if (n <= 0) return;
+  constexpr bool kHalfToFloat = std::is_same_v<To, float> && (std::is_same_v<From, Eigen::half> ||
+                                                              std::is_same_v<From, Eigen::bfloat16>);
+  constexpr bool kFloatToHalf = std::is_same_v<From, float> && (std::is_same_v<To, Eigen::half> ||
+                                                                std::is_same_v<To, Eigen::bfloat16>);
+  if constexpr (kHalfToFloat || kFloatToHalf) {
+    int64_t i = 0;
+#if defined(__AVX2__) && defined(__F16C__)
+    for (; i + 8 <= n; i += 8) {
+      if constexpr (std::is_same_v<From, Eigen::half>) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+      } else if constexpr (std::is_same_v<From, Eigen::bfloat16>) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_slli_epi32(w, 16));
+      } else if constexpr (std::is_same_v<To, Eigen::half>) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+      } else {
+        // bf16: add 0x7fff plus the lowest kept bit, keep the top 16 bits; NaN -> quiet NaN.
+        const __m256 v = _mm256_loadu_ps(src + i);
+        const __m256i x = _mm256_castps_si256(v);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+        const __m256i nan = _mm256_srli_epi32(_mm256_or_si256(x, _mm256_set1_epi32(0x400000)), 16);
+        r = _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+      }
+    }
+#endif
+    for (; i < n; ++i) dst[i] = static_cast<To>(src[i]);
+  } else {
+    Eigen::Map<Eigen::Array<To, Eigen::Dynamic, 1>>(dst, n) =
+        Eigen::Map<const Eigen::Array<From, Eigen::Dynamic, 1>>(src, n).template cast<To>();
+  }
+}
+
+// Per-thread scratch memory that grows and is never given back, so that kernels in a training
+// loop stop allocating after the first step. Slot `slot` of the calling thread stays valid until
+// that thread asks for the same slot again; a kernel owns its slots only while it runs. OpenMP
+// thread 0 is the calling thread: use different slots outside and inside a parallel region.
+inline void* thread_scratch_bytes(int slot, size_t bytes) {
+  constexpr int kSlots = 8;
+  struct Buffers {
+    void* ptr[kSlots] = {};
+    size_t size[kSlots] = {};
+    ~Buffers() {
+      for (void* p : ptr) std::free(p);
+    }
+  };
+  static thread_local Buffers buffers;
+  DEMI_INTERNAL_CHECK(slot >= 0 && slot < kSlots, "thread_scratch: slot ", slot, " out of range");
+  if (buffers.size[slot] < bytes) {
+    std::free(buffers.ptr[slot]);
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    buffers.ptr[slot] = std::aligned_alloc(64, rounded);
+    buffers.size[slot] = buffers.ptr[slot] ? rounded : 0;
+    DEMI_CHECK(buffers.ptr[slot] != nullptr, "CPU backend: out of memory allocating ", bytes,
+               " bytes of scratch; reduce the batch size");
+  }
+  return buffers.ptr[slot];
+}
+template <typename T>
+T* thread_scratch(int slot, int64_t n) {
+  return static_cast<T*>(thread_scratch_bytes(slot, static_cast<size_t>(n > 0 ? n : 1) * sizeof(T)));
+}
+
+}  // namespace demi::backend::cpu
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+namespace demi::backend::cpu {
+
+// double -> T rounded once, to nearest even. Eigen's half(double) goes through float and can round
+// twice (1 + 2^-11 + 2^-40 -> float 1 + 2^-11 -> half tie -> 1.0, where once gives 1 + 2^-10);
+// rounding to float by round-to-odd first makes the final rounding exact, matching
+// __double2half / __double2bfloat16 on the GPU.
+template <typename T>
+inline T round_to(double v) {
+  if constexpr (std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>) {
+    float f = static_cast<float>(v);
+    if (std::isfinite(v) && static_cast<double>(f) != v) {
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      if (std::fabs(static_cast<double>(f)) > std::fabs(v)) --bits;  // truncate toward zero
+      bits |= 1u;                                                      // sticky bit: inexact
+      std::memcpy(&f, &bits, 4);
+    }
+    return T(f);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+}  // namespace demi::backend::cpu

@@ -1,0 +1,370 @@
+// Element-wise kernels: fill, cast, unary and broadcasting binary ops. Half types are computed in
+// fp32 and rounded once on store. Binary broadcasting is resolved against y's shape, which may be
+// larger than broadcast(a, b) (expanding a gradient), and y may alias a full-shape operand.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cpu/common.h"
+#include "backends/cpu/cpu_kernels.h"
+
+namespace demi::backend::cpu {
+namespace {
+
+template <typename T>
+constexpr bool kIsHalf = std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>;
+template <typename T>
+constexpr bool kIsFloating = std::is_floating_point_v<T> || kIsHalf<T>;
+
+constexpr double kSqrtHalf = 0.70710678118654752440;      // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;    // 1 / sqrt(2 pi)
+
+template <typename T>
+double to_double(T v) {
+  return static_cast<double>(static_cast<acc_t<T>>(v));
+}
+
+// Whether v truncates (toward zero, as C++ and PyTorch do) to a value integer type I holds; false
+// for NaN and inf, whose conversion is undefined behaviour in C++.
+template <typename I>
+bool fits_integer(double v) {
+  if constexpr (std::is_same_v<I, uint8_t>) return v > -1.0 && v < 256.0;
+  else return v >= -0x1p63 && v < 0x1p63;
+}
+
+// Any dtype -> floating Y with one rounding: int64 and double go straight to the target, the
+// 2-byte types and float through fp32, which holds them exactly.
+template <typename Y, typename X>
+Y to_floating(X x) {
+  if constexpr (std::is_same_v<X, double> || std::is_integral_v<X>) {
+    if constexpr (std::is_same_v<Y, float>) return static_cast<float>(x);
+    else return round_to<Y>(static_cast<double>(x));
+  } else {
+    const float f = static_cast<float>(x);
+    if constexpr (std::is_same_v<Y, double>) return static_cast<double>(f);
+    else return Y(f);
+  }
+}
+
+template <typename X, typename Y>
+void cast_typed(const TensorRef& x, const TensorRef& y) {
+  const X* in = x.as<X>();
+  Y* out = y.as<Y>();
+  const int64_t n = x.numel();
+  constexpr bool kFloatHalf = (std::is_same_v<X, float> && kIsHalf<Y>) || (kIsHalf<X> && std::is_same_v<Y, float>);
+  if constexpr (kFloatHalf) {  // Eigen's vectorised conversions (F16C), same rounding as to_floating
+    parallel_for(n, 1, [&](int64_t b, int64_t e) { convert_n(in + b, out + b, e - b); });
+  } else if constexpr (kIsFloating<Y>) {
+    parallel_for(n, 2, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = to_floating<Y>(in[i]);
+    });
+  } else {
+    // Exceptions cannot leave an OpenMP region: record the first bad index and throw after.
+    std::atomic<int64_t> first_bad{n};
+    parallel_for(n, 2, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const double v = to_double(in[i]);
+        if (!fits_integer<Y>(v)) {
+          int64_t seen = first_bad.load();
+          while (i < seen && !first_bad.compare_exchange_weak(seen, i)) {}
+          return;
+        }
+        out[i] = static_cast<Y>(v);
+      }
+    });
+    const int64_t bad = first_bad.load();
+    DEMI_CHECK(bad == n, "cast: element ", bad, " of ", x.dtype, " tensor ", x.shape, " is ",
+               to_double(in[bad]), ", which does not fit in ", y.dtype,
+               std::is_same_v<Y, uint8_t> ? " (range [0, 255])" : " (range [-2^63, 2^63))",
+               "; clamp or mask the values before casting");
+  }
+}
+
+const char* unary_name(UnaryKind k) {
+  switch (k) {
+    case UnaryKind::Neg: return "neg";
+    case UnaryKind::Exp: return "exp";
+    case UnaryKind::Log: return "log";
+    case UnaryKind::Sqrt: return "sqrt";
+    case UnaryKind::Relu: return "relu";
+    case UnaryKind::Gelu: return "gelu";
+    case UnaryKind::Pow: return "pow";
+    case UnaryKind::Affine: return "affine";
+  }
+  return "unary";
+}
+
+const char* binary_name(BinaryKind k) {
+  switch (k) {
+    case BinaryKind::Add: return "add";
+    case BinaryKind::Sub: return "sub";
+    case BinaryKind::Mul: return "mul";
+    case BinaryKind::Div: return "div";
+    case BinaryKind::ReluBackward: return "relu_backward";
+    case BinaryKind::GeluBackward: return "gelu_backward";
+  }
+  return "binary";
+}
+
+// y = op(x) where op maps an Eigen array expression of acc_t<T> to another, so that exp, log and
+// sqrt use Eigen's vectorised versions. Half types go through an fp32 stack buffer.
+template <typename T, typename Op>
+void map_unary(const T* x, T* y, int64_t n, int64_t cost, Op op) {
+  using C = acc_t<T>;
+  using Array = Eigen::Array<C, Eigen::Dynamic, 1>;
+  parallel_for(n, cost, [&](int64_t b, int64_t e) {
+    if constexpr (std::is_same_v<T, C>) {
+      Eigen::Map<Array> out(y + b, e - b);
+      out = op(Eigen::Map<const Array>(x + b, e - b));
+    } else {
+      constexpr int64_t kBlock = 1024;
+      C buf[kBlock];
+      for (int64_t s = b; s < e; s += kBlock) {
+        const int64_t len = std::min(kBlock, e - s);
+        convert_n(x + s, buf, len);
+        Eigen::Map<Array> v(buf, len);
+        v = op(v);
+        convert_n(buf, y + s, len);
+      }
+    }
+  });
+}
+
+template <typename T>
+void unary_typed(UnaryKind kind, const T* x, T* y, int64_t n, double alpha, double beta) {
+  using C = acc_t<T>;
+  const C a = static_cast<C>(alpha), b = static_cast<C>(beta);
+  switch (kind) {
+    case UnaryKind::Neg: return map_unary(x, y, n, 1, [](const auto& v) { return -v; });
+    case UnaryKind::Exp: return map_unary(x, y, n, 8, [](const auto& v) { return v.exp(); });
+    case UnaryKind::Log: return map_unary(x, y, n, 8, [](const auto& v) { return v.log(); });
+    case UnaryKind::Sqrt: return map_unary(x, y, n, 4, [](const auto& v) { return v.sqrt(); });
+    case UnaryKind::Relu:  // a select, not max(x, 0): NaN must stay NaN, as in PyTorch
+      return map_unary(x, y, n, 1, [](const auto& v) {
+        return v.unaryExpr([](C t) { return t < C(0) ? C(0) : t; });
+      });
+    case UnaryKind::Gelu:
+      return map_unary(x, y, n, 20, [](const auto& v) {
+        return v.unaryExpr([](C t) {
+          return C(0.5) * t * (C(1) + std::erf(t * static_cast<C>(kSqrtHalf)));
+        });
+      });
+    case UnaryKind::Pow:
+      if (alpha == 2.0) return map_unary(x, y, n, 1, [](const auto& v) { return v.square(); });
+      return map_unary(x, y, n, 20, [a](const auto& v) {
+        return v.unaryExpr([a](C t) { return static_cast<C>(std::pow(t, a)); });
+      });
+    case UnaryKind::Affine:
+      return map_unary(x, y, n, 1, [a, b](const auto& v) { return v * a + b; });
+  }
+  DEMI_THROW("unary: unknown UnaryKind ", static_cast<int>(kind));
+}
+
+// Binary ops on the acc type. GeluBackward: gelu'(x) = Phi(x) + x * phi(x).
+struct AddOp { template <typename C> C operator()(C a, C b) const { return a + b; } };
+struct SubOp { template <typename C> C operator()(C a, C b) const { return a - b; } };
+struct MulOp { template <typename C> C operator()(C a, C b) const { return a * b; } };
+struct DivOp { template <typename C> C operator()(C a, C b) const { return a / b; } };
+struct ReluBackwardOp {
+  template <typename C> C operator()(C a, C b) const { return b > C(0) ? a : C(0); }
+};
+struct GeluBackwardOp {
+  template <typename C> C operator()(C a, C b) const {
+    const C cdf = C(0.5) * (C(1) + std::erf(b * static_cast<C>(kSqrtHalf)));
+    const C pdf = std::exp(C(-0.5) * b * b) * static_cast<C>(kInvSqrt2Pi);
+    return a * (cdf + b * pdf);
+  }
+};
+
+// The innermost (contiguous) dimension: each operand steps by SA / SB in {0, 1}, so the loop is a
+// plain vectorisable one with a broadcast operand held in a register.
+// Half types convert blocks through fp32 buffers with Eigen's vectorised conversions.
+template <int SA, int SB, typename T, typename Op>
+void binary_row(const T* a, const T* b, T* y, int64_t n, Op op) {
+  using C = acc_t<T>;
+  if constexpr (kIsHalf<T> && (SA == 1 || SB == 1)) {
+    constexpr int64_t kBlock = 256;
+    C fa[kBlock], fb[kBlock];
+    const C av = static_cast<C>(a[0]), bv = static_cast<C>(b[0]);
+    for (int64_t s = 0; s < n; s += kBlock) {
+      const int64_t len = std::min(kBlock, n - s);
+      if constexpr (SA == 1) convert_n(a + s, fa, len);
+      if constexpr (SB == 1) convert_n(b + s, fb, len);
+      for (int64_t i = 0; i < len; ++i) fa[i] = op(SA == 1 ? fa[i] : av, SB == 1 ? fb[i] : bv);
+      convert_n(fa, y + s, len);
+    }
+  } else if constexpr (SA == 0 && SB == 0) {
+    const T v = T(op(static_cast<C>(a[0]), static_cast<C>(b[0])));
+    std::fill(y, y + n, v);
+  } else if constexpr (SA == 0) {
+    const C av = static_cast<C>(a[0]);
+    for (int64_t i = 0; i < n; ++i) y[i] = T(op(av, static_cast<C>(b[i])));
+  } else if constexpr (SB == 0) {
+    const C bv = static_cast<C>(b[0]);
+    for (int64_t i = 0; i < n; ++i) y[i] = T(op(static_cast<C>(a[i]), bv));
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = T(op(static_cast<C>(a[i]), static_cast<C>(b[i])));
+  }
+}
+
+// y's dimensions after dropping extent-1 ones and merging neighbours that both operands step
+// through uniformly, outermost first. Same shapes collapse to one dimension, [N, C, H, W] with
+// [1, C, 1, 1] to [N, C, H*W], a scalar to one dimension of stride 0.
+struct BroadcastPlan {
+  std::vector<int64_t> extent, stride_a, stride_b;
+};
+
+// Strides of `op` (right-aligned against y, 0 where it broadcasts); throws if it cannot broadcast.
+std::vector<int64_t> broadcast_strides(const char* op, const char* name, const Shape& s, const Shape& y) {
+  DEMI_CHECK(s.size() <= y.size(), op, ": ", name, " ", s, " has more dimensions than y ", y,
+             "; y must have the broadcast shape of a and b");
+  std::vector<int64_t> strides(y.size(), 0);
+  const size_t lead = y.size() - s.size();
+  int64_t stride = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    DEMI_CHECK(s[i] == y[lead + i] || s[i] == 1, op, ": ", name, " ", s, " cannot broadcast to y ", y,
+               " (dimension ", lead + i, " of y is ", y[lead + i], ", ", name, " has ", s[i],
+               "); each extent must equal y's or be 1");
+    strides[lead + i] = s[i] == 1 ? 0 : stride;
+    stride *= s[i];
+  }
+  return strides;
+}
+
+BroadcastPlan plan_broadcast(const char* op, const Shape& a, const Shape& b, const Shape& y) {
+  const std::vector<int64_t> sa = broadcast_strides(op, "a", a, y);
+  const std::vector<int64_t> sb = broadcast_strides(op, "b", b, y);
+  BroadcastPlan p;
+  for (size_t d = 0; d < y.size(); ++d) {
+    if (y[d] == 1) continue;
+    if (!p.extent.empty() && p.stride_a.back() == sa[d] * y[d] && p.stride_b.back() == sb[d] * y[d]) {
+      p.extent.back() *= y[d];
+      p.stride_a.back() = sa[d];
+      p.stride_b.back() = sb[d];
+    } else {
+      p.extent.push_back(y[d]);
+      p.stride_a.push_back(sa[d]);
+      p.stride_b.push_back(sb[d]);
+    }
+  }
+  if (p.extent.empty()) p = {{1}, {0}, {0}};
+  return p;
+}
+
+template <int SA, int SB, typename T, typename Op>
+void binary_strided(const BroadcastPlan& p, const T* a, const T* b, T* y, int64_t n, int64_t cost, Op op) {
+  const int outer = static_cast<int>(p.extent.size()) - 1;
+  const int64_t inner = p.extent.back();
+  parallel_for(n, cost, [&](int64_t begin, int64_t end) {
+    // One division chain per chunk to find where it starts; rows then advance an odometer.
+    std::vector<int64_t> idx(static_cast<size_t>(outer), 0);
+    int64_t row = begin / inner, col = begin % inner, off_a = 0, off_b = 0;
+    for (int d = outer - 1; d >= 0; --d) {
+      idx[d] = row % p.extent[d];
+      row /= p.extent[d];
+      off_a += idx[d] * p.stride_a[d];
+      off_b += idx[d] * p.stride_b[d];
+    }
+    for (int64_t pos = begin; pos < end;) {
+      const int64_t len = std::min(inner - col, end - pos);
+      binary_row<SA, SB>(a + off_a + col * SA, b + off_b + col * SB, y + pos, len, op);
+      pos += len;
+      col = 0;
+      for (int d = outer - 1; d >= 0; --d) {
+        off_a += p.stride_a[d];
+        off_b += p.stride_b[d];
+        if (++idx[d] < p.extent[d]) break;
+        off_a -= p.stride_a[d] * p.extent[d];
+        off_b -= p.stride_b[d] * p.extent[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+template <typename T, typename Op>
+void binary_typed(const BroadcastPlan& p, const TensorRef& a, const TensorRef& b, const TensorRef& y,
+                  int64_t cost, Op op) {
+  const int64_t n = y.numel();
+  const int sa = static_cast<int>(p.stride_a.back()), sb = static_cast<int>(p.stride_b.back());
+  const T* pa = a.as<T>();
+  const T* pb = b.as<T>();
+  T* py = y.as<T>();
+  if (sa == 1 && sb == 1) binary_strided<1, 1>(p, pa, pb, py, n, cost, op);
+  else if (sa == 1) binary_strided<1, 0>(p, pa, pb, py, n, cost, op);
+  else if (sb == 1) binary_strided<0, 1>(p, pa, pb, py, n, cost, op);
+  else binary_strided<0, 0>(p, pa, pb, py, n, cost, op);
+}
+
+}  // namespace
+
+void CpuKernels::fill(const TensorRef& y, double value) {
+  dispatch_all(y.dtype, "fill", [&](auto tag) {
+    using T = decltype(tag);
+    T v;
+    if constexpr (kIsFloating<T>) {
+      v = round_to<T>(value);
+    } else {
+      DEMI_CHECK(fits_integer<T>(value), "fill: value ", value, " does not fit in ", y.dtype,
+                 " tensor ", y.shape, "; fill an integer tensor with a finite value in its range");
+      v = static_cast<T>(value);
+    }
+    T* out = y.as<T>();
+    parallel_for(y.numel(), 1, [&](int64_t b, int64_t e) { std::fill(out + b, out + e, v); });
+  });
+}
+
+void CpuKernels::cast(const TensorRef& x, const TensorRef& y) {
+  DEMI_CHECK(x.numel() == y.numel(), "cast: x ", x.shape, " (", x.dtype, ") has ", x.numel(),
+             " elements but y ", y.shape, " (", y.dtype, ") has ", y.numel(), "; give y x's shape");
+  if (x.numel() == 0) return;
+  if (x.dtype == y.dtype) {
+    if (x.data != y.data) std::memmove(y.data, x.data, x.nbytes());
+    return;
+  }
+  dispatch_all(x.dtype, "cast", [&](auto xtag) {
+    dispatch_all(y.dtype, "cast", [&](auto ytag) { cast_typed<decltype(xtag), decltype(ytag)>(x, y); });
+  });
+}
+
+void CpuKernels::unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) {
+  const char* name = unary_name(kind);
+  DEMI_CHECK(x.dtype == y.dtype, "unary ", name, ": x is ", x.dtype, " but y is ", y.dtype,
+             "; cast first so that both share a dtype");
+  DEMI_CHECK(x.numel() == y.numel(), "unary ", name, ": x ", x.shape, " and y ", y.shape,
+             " have different numbers of elements; give y x's shape");
+  dispatch_floating(x.dtype, name, [&](auto tag) {
+    using T = decltype(tag);
+    unary_typed<T>(kind, x.as<T>(), y.as<T>(), x.numel(), alpha, beta);
+  });
+}
+
+void CpuKernels::binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
+  const char* name = binary_name(kind);
+  DEMI_CHECK(a.dtype == b.dtype && a.dtype == y.dtype, name, ": a (", a.dtype, "), b (", b.dtype,
+             ") and y (", y.dtype, ") must share a dtype; cast the operands first");
+  const BroadcastPlan plan = plan_broadcast(name, a.shape, b.shape, y.shape);
+  // Writing y while reading a broadcast operand through the same memory would read results.
+  DEMI_CHECK(a.data != y.data || a.numel() == y.numel(), name, ": y aliases a ", a.shape,
+             ", which broadcasts to y ", y.shape, "; in-place is only possible into a full-shape operand");
+  DEMI_CHECK(b.data != y.data || b.numel() == y.numel(), name, ": y aliases b ", b.shape,
+             ", which broadcasts to y ", y.shape, "; in-place is only possible into a full-shape operand");
+  if (y.numel() == 0) return;
+  dispatch_floating(y.dtype, name, [&](auto tag) {
+    using T = decltype(tag);
+    switch (kind) {
+      case BinaryKind::Add: return binary_typed<T>(plan, a, b, y, 1, AddOp{});
+      case BinaryKind::Sub: return binary_typed<T>(plan, a, b, y, 1, SubOp{});
+      case BinaryKind::Mul: return binary_typed<T>(plan, a, b, y, 1, MulOp{});
+      case BinaryKind::Div: return binary_typed<T>(plan, a, b, y, 2, DivOp{});
+      case BinaryKind::ReluBackward: return binary_typed<T>(plan, a, b, y, 1, ReluBackwardOp{});
+      case BinaryKind::GeluBackward: return binary_typed<T>(plan, a, b, y, 30, GeluBackwardOp{});
+    }
+    DEMI_THROW("binary: unknown BinaryKind ", static_cast<int>(kind));
+  });
+}
+
+}  // namespace demi::backend::cpu

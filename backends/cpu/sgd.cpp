@@ -1,0 +1,77 @@
+// One SGD step (PyTorch's torch.optim.SGD: weight decay, momentum, dampening, nesterov) on one
+// parameter, fused into a single pass. The math is fp32 (double for F64 params); with an fp32
+// master copy the step lands on the master and param receives it rounded once.
+#include <type_traits>
+
+#include "backends/cpu/common.h"
+#include "backends/cpu/cpu_kernels.h"
+
+namespace demi::backend::cpu {
+namespace {
+
+template <typename T, typename G, bool kMaster>
+void sgd_typed(const SgdArgs& args) {
+  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  T* param = args.param.as<T>();
+  const G* grad = args.grad.as<G>();
+  C* buf = args.momentum_buffer.as<C>();
+  float* master = args.master.as<float>();
+  const C lr = static_cast<C>(args.lr), momentum = static_cast<C>(args.momentum);
+  const C dampening = static_cast<C>(args.dampening), weight_decay = static_cast<C>(args.weight_decay);
+  const bool use_momentum = args.momentum != 0.0, nesterov = args.nesterov, first = args.first_step;
+  parallel_for(args.param.numel(), 8, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      C p = kMaster ? static_cast<C>(master[i]) : static_cast<C>(param[i]);
+      C g = static_cast<C>(static_cast<acc_t<G>>(grad[i])) + weight_decay * p;
+      if (use_momentum) {
+        const C v = first ? g : momentum * buf[i] + (C(1) - dampening) * g;
+        buf[i] = v;
+        g = nesterov ? g + momentum * v : v;
+      }
+      p -= lr * g;
+      if constexpr (kMaster) master[i] = static_cast<float>(p);
+      param[i] = T(p);
+    }
+  });
+}
+
+}  // namespace
+
+void CpuKernels::sgd_step(const SgdArgs& args) {
+  constexpr const char* op = "sgd_step";
+  const TensorRef& param = args.param;
+  const TensorRef& grad = args.grad;
+  DEMI_CHECK(param.defined() && grad.defined(), op, ": param and grad are required");
+  DEMI_CHECK(grad.numel() == param.numel(), op, ": grad ", grad.shape, " does not match param ", param.shape);
+  DEMI_CHECK(args.lr >= 0.0 && args.momentum >= 0.0 && args.weight_decay >= 0.0, op,
+             ": lr, momentum and weight_decay must be >= 0, got lr = ", args.lr, ", momentum = ", args.momentum,
+             ", weight_decay = ", args.weight_decay);
+  DEMI_CHECK(!args.nesterov || (args.momentum > 0.0 && args.dampening == 0.0), op,
+             ": nesterov needs momentum > 0 and dampening = 0, got momentum = ", args.momentum,
+             ", dampening = ", args.dampening);
+  const DType state_dtype = param.dtype == DType::F64 ? DType::F64 : DType::F32;
+  if (args.momentum != 0.0) {
+    const TensorRef& buf = args.momentum_buffer;
+    DEMI_CHECK(buf.defined(), op, ": momentum = ", args.momentum,
+               " needs a momentum_buffer shaped like param ", param.shape);
+    DEMI_CHECK(buf.numel() == param.numel() && buf.dtype == state_dtype, op, ": momentum_buffer ", buf.shape,
+               " ", buf.dtype, " must be ", param.shape, " ", state_dtype, " for a ", param.dtype, " param");
+  }
+  const bool has_master = args.master.defined();
+  if (has_master) {
+    DEMI_CHECK(param.dtype != DType::F64, op, ": a float32 master copy of a float64 param would lose precision; "
+               "pass no master for float64 params");
+    DEMI_CHECK(args.master.dtype == DType::F32 && args.master.numel() == param.numel(), op, ": master ",
+               args.master.shape, " ", args.master.dtype, " must be float32 shaped like param ", param.shape);
+  }
+  dispatch_floating(param.dtype, op, [&](auto ptag) {
+    dispatch_floating(grad.dtype, op, [&](auto gtag) {
+      using T = decltype(ptag);
+      using G = decltype(gtag);
+      if (has_master) sgd_typed<T, G, true>(args);
+      else sgd_typed<T, G, false>(args);
+    });
+  });
+}
+
+}  // namespace demi::backend::cpu

@@ -1,0 +1,444 @@
+// Tests for backends/cpu/elementwise.cpp: fill, cast (format facts of fp16 / bf16 rounding),
+// unary ops and broadcasting binary ops against naive double references, in every floating dtype.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/kernels.h"
+
+namespace {
+
+using demi::DType;
+using demi::Shape;
+using demi::backend::TensorRef;
+
+demi::backend::Kernels& cpu() { return demi::backend::kernels_for(demi::Device::cpu()); }
+
+// Host storage behind a TensorRef; values go in and out as double, through demi::Half and
+// demi::BFloat16 (an implementation independent of the backend's Eigen conversions).
+class HostTensor {
+ public:
+  HostTensor(Shape shape, DType dtype)
+      : shape_(std::move(shape)),
+        dtype_(dtype),
+        storage_(static_cast<size_t>(demi::shape_numel(shape_)) * demi::dtype_size(dtype) / 8 + 1) {}
+  TensorRef ref() { return TensorRef{storage_.data(), shape_, dtype_}; }
+  int64_t numel() const { return demi::shape_numel(shape_); }
+  void set(int64_t i, double v) {
+    void* p = storage_.data();
+    switch (dtype_) {
+      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+      case DType::F64: static_cast<double*>(p)[i] = v; break;
+      case DType::F16: static_cast<demi::Half*>(p)[i] = demi::Half(static_cast<float>(v)); break;
+      case DType::BF16: static_cast<demi::BFloat16*>(p)[i] = demi::BFloat16(static_cast<float>(v)); break;
+      case DType::I64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+      case DType::U8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    }
+  }
+  double get(int64_t i) const {
+    const void* p = storage_.data();
+    switch (dtype_) {
+      case DType::F32: return static_cast<const float*>(p)[i];
+      case DType::F64: return static_cast<const double*>(p)[i];
+      case DType::F16: return static_cast<float>(static_cast<const demi::Half*>(p)[i]);
+      case DType::BF16: return static_cast<float>(static_cast<const demi::BFloat16*>(p)[i]);
+      case DType::I64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+      case DType::U8: return static_cast<const uint8_t*>(p)[i];
+    }
+    return 0.0;
+  }
+  // Fills with uniform values in [lo, hi), then reads them back so callers see the stored values.
+  std::vector<double> randomize(std::mt19937& rng, double lo, double hi) {
+    std::uniform_real_distribution<double> dist(lo, hi);
+    std::vector<double> values(static_cast<size_t>(numel()));
+    for (int64_t i = 0; i < numel(); ++i) {
+      set(i, dist(rng));
+      values[i] = get(i);
+    }
+    return values;
+  }
+
+ private:
+  Shape shape_;
+  DType dtype_;
+  std::vector<double> storage_;  // doubles: 8-byte alignment for every dtype
+};
+
+// atol + rtol * |ref|, rtol from the dtype's epsilon (fp16 2^-10, bf16 2^-7).
+struct Tolerance {
+  double rtol, atol;
+};
+Tolerance tolerance(DType d) {
+  switch (d) {
+    case DType::F64: return {1e-12, 1e-13};
+    case DType::F32: return {2e-6, 1e-7};
+    case DType::F16: return {0x1p-10, 1e-7};
+    case DType::BF16: return {0x1p-7, 1e-7};
+    default: return {0.0, 0.0};
+  }
+}
+
+// Checks every element; NaN matches NaN. Stops after a few failures to keep the log short.
+void expect_close(const std::vector<double>& ref, const HostTensor& got, Tolerance tol) {
+  ASSERT_EQ(static_cast<int64_t>(ref.size()), got.numel());
+  int failures = 0;
+  for (size_t i = 0; i < ref.size() && failures < 5; ++i) {
+    const double g = got.get(static_cast<int64_t>(i));
+    if (std::isnan(ref[i]) && std::isnan(g)) continue;
+    const bool ok = ref[i] == g || std::fabs(g - ref[i]) <= tol.atol + tol.rtol * std::fabs(ref[i]);
+    if (!ok) ++failures;
+    EXPECT_TRUE(ok) << "element " << i << ": got " << g << ", expected " << ref[i];
+  }
+}
+
+const DType kFloating[] = {DType::F32, DType::F64, DType::F16, DType::BF16};
+
+using demi::backend::BinaryKind;
+using demi::backend::UnaryKind;
+
+// Index of y's element `flat` in an operand of shape s that broadcasts to y (right-aligned).
+int64_t broadcast_index(int64_t flat, const Shape& y, const Shape& s) {
+  int64_t index = 0, stride = 1;
+  for (size_t k = 0; k < y.size(); ++k) {
+    const size_t d = y.size() - 1 - k;
+    const int64_t coord = flat % y[d];
+    flat /= y[d];
+    if (k < s.size()) {
+      const size_t sd = s.size() - 1 - k;
+      if (s[sd] != 1) index += coord * stride;
+      stride *= s[sd];
+    }
+  }
+  return index;
+}
+
+double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double gelu_grad_ref(double x) {
+  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+}
+
+double binary_ref(BinaryKind kind, double a, double b) {
+  switch (kind) {
+    case BinaryKind::Add: return a + b;
+    case BinaryKind::Sub: return a - b;
+    case BinaryKind::Mul: return a * b;
+    case BinaryKind::Div: return a / b;
+    case BinaryKind::ReluBackward: return b > 0 ? a : 0.0;
+    case BinaryKind::GeluBackward: return a * gelu_grad_ref(b);
+  }
+  return 0.0;
+}
+
+struct BinaryCase {
+  const char* name;
+  Shape a, b, y;
+};
+
+const BinaryCase kBinaryCases[] = {
+    {"same shape", {2, 3, 4}, {2, 3, 4}, {2, 3, 4}},
+    {"0-d", {}, {}, {}},
+    {"scalar b", {4, 5}, {}, {4, 5}},
+    {"scalar a", {}, {4, 5}, {4, 5}},
+    {"channel [N,C,H,W] x [1,C,1,1]", {2, 3, 4, 5}, {1, 3, 1, 1}, {2, 3, 4, 5}},
+    {"channel [1,C,1,1] x [N,C,H,W]", {1, 3, 1, 1}, {2, 3, 4, 5}, {2, 3, 4, 5}},
+    {"row [N,K] x [K]", {6, 7}, {7}, {6, 7}},
+    {"outer [3,1,5] x [1,4,1]", {3, 1, 5}, {1, 4, 1}, {3, 4, 5}},
+    {"column x row [5,1] x [1,6]", {5, 1}, {1, 6}, {5, 6}},
+    {"trailing [4,3,1] x [4,3,6]", {4, 3, 1}, {4, 3, 6}, {4, 3, 6}},
+    {"y larger than both: [1,C,1,1] x 0-d -> [N,C,H,W]", {1, 3, 1, 1}, {}, {2, 3, 4, 5}},
+    {"size-1 operands expanded to [2,3]", {1}, {1}, {2, 3}},
+    {"batch 1", {1, 8}, {1, 8}, {1, 8}},
+    {"large same shape (parallel)", {40001}, {40001}, {40001}},
+    {"large row broadcast, chunks start mid-row", {1201, 37}, {37}, {1201, 37}},
+    {"large channel broadcast", {2, 16, 33, 33}, {1, 16, 1, 1}, {2, 16, 33, 33}},
+    {"empty", {0, 3}, {3}, {0, 3}},
+};
+
+const BinaryKind kBinaryKinds[] = {BinaryKind::Add, BinaryKind::Sub, BinaryKind::Mul, BinaryKind::Div,
+                                   BinaryKind::ReluBackward, BinaryKind::GeluBackward};
+
+TEST(CpuBinary, MatchesNaiveBroadcastReference) {
+  std::mt19937 rng(1);
+  for (const BinaryCase& c : kBinaryCases) {
+    for (BinaryKind kind : kBinaryKinds) {
+      for (DType dtype : kFloating) {
+        SCOPED_TRACE(std::string(c.name) + ", kind " + std::to_string(static_cast<int>(kind)) + ", " +
+                     demi::dtype_name(dtype));
+        HostTensor a(c.a, dtype), b(c.b, dtype), y(c.y, dtype);
+        const std::vector<double> va = a.randomize(rng, -2.0, 2.0);
+        std::vector<double> vb = b.randomize(rng, 0.5, 2.0);  // away from 0 for div
+        for (int64_t i = 0; i < b.numel(); i += 2) {
+          b.set(i, -vb[i]);
+          vb[i] = -vb[i];
+        }
+        TensorRef ra = a.ref(), rb = b.ref(), ry = y.ref();
+        cpu().binary(kind, ra, rb, ry);
+        std::vector<double> ref(static_cast<size_t>(y.numel()));
+        for (int64_t i = 0; i < y.numel(); ++i)
+          ref[i] = binary_ref(kind, va[broadcast_index(i, c.y, c.a)], vb[broadcast_index(i, c.y, c.b)]);
+        expect_close(ref, y, tolerance(dtype));
+      }
+    }
+  }
+}
+
+TEST(CpuBinary, InPlaceIntoA) {
+  std::mt19937 rng(2);
+  const BinaryCase cases[] = {{"in-place channel", {2, 3, 4, 5}, {1, 3, 1, 1}, {2, 3, 4, 5}},
+                              {"in-place same shape, large", {50000}, {50000}, {50000}},
+                              {"in-place scalar", {7, 9}, {}, {7, 9}}};
+  for (const BinaryCase& c : cases) {
+    for (DType dtype : kFloating) {
+      SCOPED_TRACE(std::string(c.name) + ", " + demi::dtype_name(dtype));
+      HostTensor a(c.a, dtype), b(c.b, dtype);
+      const std::vector<double> va = a.randomize(rng, -2.0, 2.0), vb = b.randomize(rng, -2.0, 2.0);
+      TensorRef ra = a.ref(), rb = b.ref();
+      cpu().binary(BinaryKind::Add, ra, rb, ra);
+      std::vector<double> ref(va.size());
+      for (int64_t i = 0; i < a.numel(); ++i) ref[i] = va[i] + vb[broadcast_index(i, c.y, c.b)];
+      expect_close(ref, a, tolerance(dtype));
+    }
+  }
+}
+
+TEST(CpuBinary, RejectsBadShapesAndDtypes) {
+  HostTensor a({2, 3}, DType::F32), b({3}, DType::F32), y({4, 3}, DType::F32);
+  TensorRef ra = a.ref(), rb = b.ref(), ry = y.ref();
+  try {
+    cpu().binary(BinaryKind::Add, ra, rb, ry);
+    FAIL() << "expected demi::Error";
+  } catch (const demi::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("[2, 3]"), std::string::npos) << what;
+    EXPECT_NE(what.find("[4, 3]"), std::string::npos) << what;
+  }
+  HostTensor big({2, 3, 3}, DType::F32), wide({2, 3}, DType::F32);
+  TensorRef rbig = big.ref(), rw = wide.ref();
+  EXPECT_THROW(cpu().binary(BinaryKind::Add, rbig, rb, rw), demi::Error);  // a has more dims than y
+  HostTensor row({1, 3}, DType::F32);
+  TensorRef rrow = row.ref();
+  EXPECT_THROW(cpu().binary(BinaryKind::Add, rrow, rw, rrow), demi::Error);  // y aliases a broadcast a
+  HostTensor d({2, 3}, DType::F64);
+  TensorRef rd = d.ref();
+  EXPECT_THROW(cpu().binary(BinaryKind::Mul, rw, rd, rw), demi::Error);
+  HostTensor i({2, 3}, DType::I64);
+  TensorRef ri = i.ref();
+  EXPECT_THROW(cpu().binary(BinaryKind::Mul, ri, ri, ri), demi::Error);
+}
+
+struct UnaryCase {
+  const char* name;
+  UnaryKind kind;
+  double alpha, beta, lo, hi;
+};
+
+const UnaryCase kUnaryCases[] = {
+    {"neg", UnaryKind::Neg, 0, 0, -3, 3},          {"exp", UnaryKind::Exp, 0, 0, -5, 5},
+    {"log", UnaryKind::Log, 0, 0, 0.01, 10},       {"sqrt", UnaryKind::Sqrt, 0, 0, 0, 10},
+    {"relu", UnaryKind::Relu, 0, 0, -2, 2},        {"gelu", UnaryKind::Gelu, 0, 0, -5, 5},
+    {"pow 2", UnaryKind::Pow, 2.0, 0, -3, 3},      {"pow 3", UnaryKind::Pow, 3.0, 0, -2, 2},
+    {"pow 0.5", UnaryKind::Pow, 0.5, 0, 0.01, 4},  {"pow -1.5", UnaryKind::Pow, -1.5, 0, 0.2, 4},
+    {"affine", UnaryKind::Affine, -1.5, 0.25, -3, 3},
+};
+
+double unary_ref(const UnaryCase& c, double x) {
+  switch (c.kind) {
+    case UnaryKind::Neg: return -x;
+    case UnaryKind::Exp: return std::exp(x);
+    case UnaryKind::Log: return std::log(x);
+    case UnaryKind::Sqrt: return std::sqrt(x);
+    case UnaryKind::Relu: return x > 0 ? x : 0.0;
+    case UnaryKind::Gelu: return gelu_ref(x);
+    case UnaryKind::Pow: return std::pow(x, c.alpha);
+    case UnaryKind::Affine: return c.alpha * x + c.beta;
+  }
+  return 0.0;
+}
+
+TEST(CpuUnary, MatchesNaiveReference) {
+  std::mt19937 rng(3);
+  const Shape shapes[] = {{}, {1}, {7}, {3, 5}, {40, 1000}};
+  for (const UnaryCase& c : kUnaryCases) {
+    for (const Shape& shape : shapes) {
+      for (DType dtype : kFloating) {
+        SCOPED_TRACE(std::string(c.name) + ", numel " + std::to_string(demi::shape_numel(shape)) + ", " +
+                     demi::dtype_name(dtype));
+        HostTensor x(shape, dtype), y(shape, dtype);
+        const std::vector<double> vx = x.randomize(rng, c.lo, c.hi);
+        cpu().unary(c.kind, x.ref(), y.ref(), c.alpha, c.beta);
+        std::vector<double> ref(vx.size());
+        for (size_t i = 0; i < vx.size(); ++i) ref[i] = unary_ref(c, vx[i]);
+        expect_close(ref, y, tolerance(dtype));
+        // In place gives the same values.
+        TensorRef rx = x.ref();
+        cpu().unary(c.kind, rx, rx, c.alpha, c.beta);
+        expect_close(ref, x, tolerance(dtype));
+      }
+    }
+  }
+}
+
+TEST(CpuUnary, SpecialValues) {
+  const double nan = std::nan(""), inf = INFINITY;
+  for (DType dtype : kFloating) {
+    SCOPED_TRACE(demi::dtype_name(dtype));
+    HostTensor x({5}, dtype), y({5}, dtype);
+    const double values[] = {nan, inf, -inf, 0.0, -1.0};
+    for (int i = 0; i < 5; ++i) x.set(i, values[i]);
+    cpu().unary(UnaryKind::Relu, x.ref(), y.ref());
+    expect_close({nan, inf, 0.0, 0.0, 0.0}, y, tolerance(dtype));
+    cpu().unary(UnaryKind::Exp, x.ref(), y.ref());
+    expect_close({nan, inf, 0.0, 1.0, std::exp(-1.0)}, y, tolerance(dtype));
+    cpu().unary(UnaryKind::Log, x.ref(), y.ref());
+    expect_close({nan, inf, nan, -inf, nan}, y, tolerance(dtype));
+  }
+  HostTensor a({3}, DType::F32), b({4}, DType::F32), c({3}, DType::F16);
+  EXPECT_THROW(cpu().unary(UnaryKind::Neg, a.ref(), b.ref()), demi::Error);
+  EXPECT_THROW(cpu().unary(UnaryKind::Neg, a.ref(), c.ref()), demi::Error);
+}
+
+// Bits of element 0 of a 2-byte tensor.
+uint16_t bits16(HostTensor& t) {
+  uint16_t bits;
+  std::memcpy(&bits, t.ref().data, 2);
+  return bits;
+}
+
+// value (exactly representable in `from`) cast to a 2-byte dtype: the stored bit pattern.
+uint16_t cast_bits(double value, DType from, DType to) {
+  HostTensor x({}, from), y({}, to);
+  x.set(0, value);
+  EXPECT_EQ(x.get(0), value) << "test value not exact in the source dtype";
+  cpu().cast(x.ref(), y.ref());
+  return bits16(y);
+}
+
+TEST(CpuCast, HalfFormatFacts) {
+  for (DType from : {DType::F32, DType::F64}) {
+    SCOPED_TRACE(demi::dtype_name(from));
+    const double tiny = static_cast<float>(1e-8);  // exact in both sources
+    EXPECT_EQ(cast_bits(tiny, from, DType::F16), 0x0000) << "1e-8 underflows in fp16";
+    EXPECT_NE(cast_bits(tiny, from, DType::BF16) & 0x7fff, 0) << "1e-8 is normal in bf16";
+    EXPECT_EQ(cast_bits(65504.0, from, DType::F16), 0x7bff) << "fp16 max";
+    EXPECT_EQ(cast_bits(131072.0, from, DType::F16), 0x7c00) << "overflow to inf";
+    EXPECT_EQ(cast_bits(-131072.0, from, DType::F16), 0xfc00);
+    EXPECT_EQ(cast_bits(0x1p-24, from, DType::F16), 0x0001) << "smallest fp16 subnormal";
+    EXPECT_EQ(cast_bits(0x1p-25, from, DType::F16), 0x0000) << "2^-25 ties to even (0)";
+    EXPECT_EQ(cast_bits(1.5 * 0x1p-25, from, DType::F16), 0x0001) << "above the tie rounds up";
+    EXPECT_EQ(cast_bits(6.103515625e-5, from, DType::F16), 0x0400) << "smallest fp16 normal";
+    EXPECT_EQ(cast_bits(1.0 + 0x1p-9, from, DType::BF16), 0x3f80) << "1 + 2^-9 is 1 in bf16";
+    EXPECT_EQ(cast_bits(1.0 + 0x1p-9, from, DType::F16), 0x3c02) << "but not in fp16";
+    EXPECT_EQ(cast_bits(1.0 + 0x1p-11, from, DType::F16), 0x3c00) << "tie to even, down";
+    EXPECT_EQ(cast_bits(1.0 + 3 * 0x1p-11, from, DType::F16), 0x3c02) << "tie to even, up";
+    EXPECT_EQ(cast_bits(1.0 + 0x1p-8, from, DType::BF16), 0x3f80) << "bf16 tie to even, down";
+    EXPECT_EQ(cast_bits(1.0 + 3 * 0x1p-8, from, DType::BF16), 0x3f82) << "bf16 tie to even, up";
+  }
+  // float64 rounds once: going through float would land on the tie and round down to even.
+  EXPECT_EQ(cast_bits(1.0 + 0x1p-11 + 0x1p-40, DType::F64, DType::F16), 0x3c01);
+  EXPECT_EQ(cast_bits(1.0 + 0x1p-8 + 0x1p-40, DType::F64, DType::BF16), 0x3f81);
+  EXPECT_EQ(cast_bits(0x1p-25 + 0x1p-60, DType::F64, DType::F16), 0x0001);
+}
+
+TEST(CpuCast, NanAndInfSurviveEveryFloatingCast) {
+  for (DType from : kFloating) {
+    for (DType to : kFloating) {
+      SCOPED_TRACE(std::string(demi::dtype_name(from)) + " -> " + demi::dtype_name(to));
+      HostTensor x({3}, from), y({3}, to);
+      x.set(0, std::nan(""));
+      x.set(1, INFINITY);
+      x.set(2, -INFINITY);
+      cpu().cast(x.ref(), y.ref());
+      EXPECT_TRUE(std::isnan(y.get(0)));
+      EXPECT_EQ(y.get(1), INFINITY);
+      EXPECT_EQ(y.get(2), -INFINITY);
+    }
+  }
+}
+
+TEST(CpuCast, EveryPairRoundTripsSmallIntegers) {
+  const DType all[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::U8};
+  const double values[] = {0, 1, 2, 3, 5, 100, 255};
+  for (DType from : all) {
+    for (DType to : all) {
+      SCOPED_TRACE(std::string(demi::dtype_name(from)) + " -> " + demi::dtype_name(to));
+      HostTensor x({7}, from), y({7}, to);
+      for (int i = 0; i < 7; ++i) x.set(i, values[i]);
+      cpu().cast(x.ref(), y.ref());
+      for (int i = 0; i < 7; ++i) EXPECT_EQ(y.get(i), values[i]);
+    }
+  }
+}
+
+TEST(CpuCast, FloatToIntegerTruncatesTowardZero) {
+  for (DType from : kFloating) {
+    SCOPED_TRACE(demi::dtype_name(from));
+    HostTensor x({5}, from), i64({5}, DType::I64);
+    const double values[] = {2.75, -2.75, 0.5, -0.5, 200.5};
+    for (int i = 0; i < 5; ++i) x.set(i, values[i]);
+    cpu().cast(x.ref(), i64.ref());
+    const double expected[] = {2, -2, 0, 0, 200};
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(i64.get(i), expected[i]) << "element " << i;
+    HostTensor small({3}, from), u8({3}, DType::U8);
+    small.set(0, 2.75);
+    small.set(1, -0.5);
+    small.set(2, 127.5);
+    cpu().cast(small.ref(), u8.ref());
+    EXPECT_EQ(u8.get(0), 2);
+    EXPECT_EQ(u8.get(1), 0);
+    EXPECT_EQ(u8.get(2), 127);
+  }
+  HostTensor big({}, DType::I64), f64({}, DType::F64);
+  *static_cast<int64_t*>(big.ref().data) = (int64_t{1} << 53) + 1;
+  cpu().cast(big.ref(), f64.ref());
+  EXPECT_EQ(f64.get(0), 0x1p53) << "2^53 + 1 rounds to even";
+}
+
+TEST(CpuCast, RejectsValuesAnIntegerCannotHold) {
+  HostTensor x({4}, DType::F32), i64({4}, DType::I64), u8({4}, DType::U8);
+  x.set(0, 1.0);
+  x.set(1, 2.0);
+  x.set(2, std::nan(""));
+  x.set(3, 3.0);
+  try {
+    cpu().cast(x.ref(), i64.ref());
+    FAIL() << "expected demi::Error";
+  } catch (const demi::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("element 2"), std::string::npos) << e.what();
+  }
+  x.set(2, 256.0);
+  EXPECT_THROW(cpu().cast(x.ref(), u8.ref()), demi::Error);
+  x.set(2, INFINITY);
+  EXPECT_THROW(cpu().cast(x.ref(), i64.ref()), demi::Error);
+  HostTensor neg({1}, DType::I64);
+  neg.set(0, -1);
+  EXPECT_THROW(cpu().cast(neg.ref(), u8.ref()), demi::Error);
+  HostTensor wrong({5}, DType::F32);
+  EXPECT_THROW(cpu().cast(x.ref(), wrong.ref()), demi::Error);
+}
+
+TEST(CpuFill, EveryDtype) {
+  for (DType dtype : kFloating) {
+    HostTensor y({40000}, dtype);
+    cpu().fill(y.ref(), 2.5);
+    EXPECT_EQ(y.get(0), 2.5);
+    EXPECT_EQ(y.get(39999), 2.5);
+  }
+  HostTensor i64({3}, DType::I64), u8({3}, DType::U8), h({}, DType::F16);
+  cpu().fill(i64.ref(), -7.9);
+  EXPECT_EQ(i64.get(2), -7);
+  cpu().fill(u8.ref(), 200);
+  EXPECT_EQ(u8.get(1), 200);
+  cpu().fill(h.ref(), 1.0 + 0x1p-11 + 0x1p-40);
+  EXPECT_EQ(bits16(h), 0x3c01) << "fill rounds a double once";
+  cpu().fill(h.ref(), 1e-8);
+  EXPECT_EQ(bits16(h), 0x0000);
+  EXPECT_THROW(cpu().fill(i64.ref(), std::nan("")), demi::Error);
+  EXPECT_THROW(cpu().fill(u8.ref(), 300), demi::Error);
+}
+
+}  // namespace

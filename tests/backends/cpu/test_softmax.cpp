@@ -1,0 +1,183 @@
+// Tests for backends/cpu/softmax.cpp: softmax and log-softmax forward and backward over the last
+// dim against double references, in every floating dtype, plus overflow-safe extreme logits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/kernels.h"
+
+namespace {
+
+using demi::DType;
+using demi::Shape;
+using demi::backend::TensorRef;
+
+demi::backend::Kernels& cpu() { return demi::backend::kernels_for(demi::Device::cpu()); }
+
+// Host storage behind a TensorRef; values go in and out as double, through demi::Half and
+// demi::BFloat16 (an implementation independent of the backend's Eigen conversions).
+class HostTensor {
+ public:
+  HostTensor(Shape shape, DType dtype)
+      : shape_(std::move(shape)),
+        dtype_(dtype),
+        storage_(static_cast<size_t>(demi::shape_numel(shape_)) * demi::dtype_size(dtype) / 8 + 1) {}
+  TensorRef ref() { return TensorRef{storage_.data(), shape_, dtype_}; }
+  int64_t numel() const { return demi::shape_numel(shape_); }
+  void set(int64_t i, double v) {
+    void* p = storage_.data();
+    switch (dtype_) {
+      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+      case DType::F64: static_cast<double*>(p)[i] = v; break;
+      case DType::F16: static_cast<demi::Half*>(p)[i] = demi::Half(static_cast<float>(v)); break;
+      case DType::BF16: static_cast<demi::BFloat16*>(p)[i] = demi::BFloat16(static_cast<float>(v)); break;
+      case DType::I64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+      case DType::U8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    }
+  }
+  double get(int64_t i) const {
+    const void* p = storage_.data();
+    switch (dtype_) {
+      case DType::F32: return static_cast<const float*>(p)[i];
+      case DType::F64: return static_cast<const double*>(p)[i];
+      case DType::F16: return static_cast<float>(static_cast<const demi::Half*>(p)[i]);
+      case DType::BF16: return static_cast<float>(static_cast<const demi::BFloat16*>(p)[i]);
+      case DType::I64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+      case DType::U8: return static_cast<const uint8_t*>(p)[i];
+    }
+    return 0.0;
+  }
+  // Fills with uniform values in [lo, hi), then reads them back so callers see the stored values.
+  std::vector<double> randomize(std::mt19937& rng, double lo, double hi) {
+    std::uniform_real_distribution<double> dist(lo, hi);
+    std::vector<double> values(static_cast<size_t>(numel()));
+    for (int64_t i = 0; i < numel(); ++i) {
+      set(i, dist(rng));
+      values[i] = get(i);
+    }
+    return values;
+  }
+
+ private:
+  Shape shape_;
+  DType dtype_;
+  std::vector<double> storage_;  // doubles: 8-byte alignment for every dtype
+};
+
+// atol + rtol * |ref|, rtol from the dtype's epsilon (fp16 2^-10, bf16 2^-7).
+struct Tolerance {
+  double rtol, atol;
+};
+Tolerance tolerance(DType d) {
+  switch (d) {
+    case DType::F64: return {1e-12, 1e-13};
+    case DType::F32: return {2e-6, 1e-7};
+    case DType::F16: return {0x1p-10, 1e-7};
+    case DType::BF16: return {0x1p-7, 1e-7};
+    default: return {0.0, 0.0};
+  }
+}
+
+// Checks every element; NaN matches NaN. Stops after a few failures to keep the log short.
+void expect_close(const std::vector<double>& ref, const HostTensor& got, Tolerance tol) {
+  ASSERT_EQ(static_cast<int64_t>(ref.size()), got.numel());
+  int failures = 0;
+  for (size_t i = 0; i < ref.size() && failures < 5; ++i) {
+    const double g = got.get(static_cast<int64_t>(i));
+    if (std::isnan(ref[i]) && std::isnan(g)) continue;
+    const bool ok = ref[i] == g || std::fabs(g - ref[i]) <= tol.atol + tol.rtol * std::fabs(ref[i]);
+    if (!ok) ++failures;
+    EXPECT_TRUE(ok) << "element " << i << ": got " << g << ", expected " << ref[i];
+  }
+}
+
+const DType kFloating[] = {DType::F32, DType::F64, DType::F16, DType::BF16};
+
+using demi::backend::SoftmaxKind;
+
+std::vector<double> forward_ref(SoftmaxKind kind, const std::vector<double>& x, int64_t K) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r < x.size() / K; ++r) {
+    const double* xr = x.data() + r * K;
+    double m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < K; ++j) m = std::max(m, xr[j]);
+    for (int64_t j = 0; j < K; ++j) sum += std::exp(xr[j] - m);
+    for (int64_t j = 0; j < K; ++j)
+      y[r * K + j] = kind == SoftmaxKind::Softmax ? std::exp(xr[j] - m) / sum : xr[j] - m - std::log(sum);
+  }
+  return y;
+}
+
+std::vector<double> backward_ref(SoftmaxKind kind, const std::vector<double>& y, const std::vector<double>& gy,
+                                 int64_t K) {
+  std::vector<double> gx(y.size());
+  for (size_t r = 0; r < y.size() / K; ++r) {
+    double s = 0;
+    for (int64_t j = 0; j < K; ++j) s += kind == SoftmaxKind::Softmax ? gy[r * K + j] * y[r * K + j] : gy[r * K + j];
+    for (int64_t j = 0; j < K; ++j) {
+      const size_t i = r * K + j;
+      gx[i] = kind == SoftmaxKind::Softmax ? y[i] * (gy[i] - s) : gy[i] - std::exp(y[i]) * s;
+    }
+  }
+  return gx;
+}
+
+TEST(CpuSoftmax, ForwardAndBackwardMatchReference) {
+  std::mt19937 rng(21);
+  const Shape shapes[] = {{}, {1, 1}, {4, 10}, {1, 7}, {2, 3, 5}, {3, 1000}, {64, 100}};
+  for (const Shape& shape : shapes) {
+    const int64_t K = shape.empty() ? 1 : shape.back();
+    for (SoftmaxKind kind : {SoftmaxKind::Softmax, SoftmaxKind::LogSoftmax}) {
+      for (DType dtype : kFloating) {
+        SCOPED_TRACE(std::string(kind == SoftmaxKind::Softmax ? "softmax" : "log_softmax") + ", numel " +
+                     std::to_string(demi::shape_numel(shape)) + ", " + demi::dtype_name(dtype));
+        HostTensor x(shape, dtype), y(shape, dtype);
+        const std::vector<double> vx = x.randomize(rng, -4.0, 4.0);
+        cpu().softmax_forward(kind, x.ref(), y.ref());
+        expect_close(forward_ref(kind, vx, K), y, tolerance(dtype));
+
+        // Backward from stored (rounded) y and a random grad_y.
+        HostTensor gy(shape, dtype), gx(shape, dtype);
+        const std::vector<double> vgy = gy.randomize(rng, -1.0, 1.0);
+        std::vector<double> vy(vx.size());
+        for (size_t i = 0; i < vy.size(); ++i) vy[i] = y.get(static_cast<int64_t>(i));
+        cpu().softmax_backward(kind, y.ref(), gy.ref(), gx.ref());
+        expect_close(backward_ref(kind, vy, vgy, K), gx, tolerance(dtype));
+      }
+    }
+  }
+}
+
+TEST(CpuSoftmax, ExtremeLogitsDoNotOverflow) {
+  for (DType dtype : {DType::F32, DType::F64, DType::BF16}) {
+    SCOPED_TRACE(demi::dtype_name(dtype));
+    HostTensor x({3}, dtype), y({3}, dtype);
+    x.set(0, 1000);
+    x.set(1, 1000);
+    x.set(2, -1000);
+    cpu().softmax_forward(SoftmaxKind::Softmax, x.ref(), y.ref());
+    expect_close({0.5, 0.5, 0.0}, y, tolerance(dtype));
+    cpu().softmax_forward(SoftmaxKind::LogSoftmax, x.ref(), y.ref());
+    expect_close({-std::log(2.0), -std::log(2.0), -2000 - std::log(2.0)}, y, tolerance(dtype));
+  }
+  HostTensor h({2}, DType::F16), hy({2}, DType::F16);
+  h.set(0, 60000);
+  h.set(1, 0);
+  cpu().softmax_forward(SoftmaxKind::Softmax, h.ref(), hy.ref());
+  expect_close({1.0, 0.0}, hy, tolerance(DType::F16));
+}
+
+TEST(CpuSoftmax, RejectsMismatchedTensors) {
+  HostTensor x({2, 3}, DType::F32), y({3, 2}, DType::F32), h({2, 3}, DType::F16);
+  EXPECT_THROW(cpu().softmax_forward(SoftmaxKind::Softmax, x.ref(), y.ref()), demi::Error);
+  EXPECT_THROW(cpu().softmax_forward(SoftmaxKind::Softmax, x.ref(), h.ref()), demi::Error);
+  EXPECT_THROW(cpu().softmax_backward(SoftmaxKind::LogSoftmax, x.ref(), x.ref(), y.ref()), demi::Error);
+  HostTensor i({2, 3}, DType::I64);
+  EXPECT_THROW(cpu().softmax_forward(SoftmaxKind::Softmax, i.ref(), i.ref()), demi::Error);
+}
+
+}  // namespace
