@@ -142,6 +142,25 @@ struct SgdArgs {
   bool first_step = true;  // the momentum buffer is initialised from g rather than updated
 };
 
+// GradScaler's fused pass over all gradients of an optimizer: out[i] = in[i] * inv_scale for every
+// i (out[i] may be in[i]: in place; or an fp32 buffer for a half gradient), and found_inf (0-d F32)
+// set to 1 when any element of any in[i] is inf or NaN; it is never cleared here, so several
+// calls accumulate. inv_scale is a 0-d F32 on the device: the host never reads either value.
+struct UnscaleArgs {
+  std::vector<TensorRef> in, out;
+  TensorRef inv_scale, found_inf;
+};
+
+// GradScaler's update, on the device (PyTorch's _amp_update_scale_): when found_inf != 0,
+// scale *= backoff_factor and growth_tracker = 0; else growth_tracker += 1 and, when it reaches
+// growth_interval, scale *= growth_factor (only if the result is finite) and growth_tracker = 0.
+// scale: 0-d F32, growth_tracker: 0-d I64, found_inf: 0-d F32.
+struct ScaleUpdateArgs {
+  TensorRef scale, growth_tracker, found_inf;
+  double growth_factor = 2.0, backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
 class Kernels {
  public:
   virtual ~Kernels() = default;
@@ -180,6 +199,8 @@ class Kernels {
   virtual void cross_entropy_backward(const CrossEntropyArgs& args) = 0;
   virtual void random(const RandomArgs& args) = 0;
   virtual void sgd_step(const SgdArgs& args) = 0;
+  virtual void unscale_check_finite(const UnscaleArgs& args) = 0;
+  virtual void update_scale(const ScaleUpdateArgs& args) = 0;
 };
 
 // The kernels of a device. Throws demi::Error when the device is absent or its backend was not

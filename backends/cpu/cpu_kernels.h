@@ -48,6 +48,9 @@ class CpuKernels final : public Kernels {
   void random(const RandomArgs& args) override;
   // sgd.cpp
   void sgd_step(const SgdArgs& args) override;
+  // amp.cpp
+  void unscale_check_finite(const UnscaleArgs& args) override;
+  void update_scale(const ScaleUpdateArgs& args) override;
 };
 
 }  // namespace demi::backend::cpu

@@ -16,10 +16,7 @@ void SGD::add_param_group(std::vector<Tensor> params, const Options& o) {
   DEMI_CHECK(o.weight_decay >= 0.0, "SGD: weight_decay must be >= 0, got ", o.weight_decay);
   DEMI_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0),
              "SGD: Nesterov momentum requires momentum > 0 and dampening = 0");
-  for (const Tensor& p : params) {
-    DEMI_CHECK(p.defined() && p.is_leaf() && is_floating(p.dtype()), "SGD: parameters must be floating leaf "
-               "tensors (model parameters), got ", p.defined() ? dtype_name(p.dtype()) : "an undefined tensor");
-  }
+  add_params(params, "SGD");
   groups_.push_back(ParamGroup{std::move(params), o});
 }
 
@@ -48,12 +45,6 @@ void SGD::step() {
       }
       kernels(p).sgd_step(args);
     }
-  }
-}
-
-void SGD::zero_grad() {
-  for (ParamGroup& group : groups_) {
-    for (const Tensor& p : group.params) p.set_grad(Tensor());
   }
 }
 

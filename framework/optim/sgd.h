@@ -6,11 +6,11 @@
 #include <memory>
 #include <vector>
 
-#include "framework/tensor/tensor.h"
+#include "framework/optim/optimizer.h"
 
 namespace demi::optim {
 
-class SGD {
+class SGD : public Optimizer {
  public:
   struct Options {
     double lr = 1e-3;  // torch.optim.SGD's default
@@ -27,10 +27,7 @@ class SGD {
   SGD(std::vector<Tensor> params, const Options& options);
   void add_param_group(std::vector<Tensor> params, const Options& options);
 
-  // Applies one update to every parameter that has a gradient.
-  void step();
-  // Drops every gradient (set_to_none, PyTorch's default since 2.0).
-  void zero_grad();
+  void step() override;
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   // Momentum buffers by parameter position ("<group>.<index>").

@@ -1,0 +1,79 @@
+// The GradScaler kernels on the CPU: one pass per gradient that unscales and detects inf/NaN
+// (fp32 math, one rounding on store, for fp32, fp16 and bf16 gradients alike), and the scale update.
+#include <atomic>
+#include <cmath>
+
+#include "backends/cpu/common.h"
+#include "backends/cpu/cpu_kernels.h"
+
+namespace demi::backend::cpu {
+namespace {
+
+// out = in * inv_scale; returns whether `in` holds an inf or NaN.
+template <typename In, typename Out>
+bool unscale_one(const TensorRef& in, const TensorRef& out, float inv_scale) {
+  const In* x = in.as<In>();
+  Out* y = out.as<Out>();
+  std::atomic<bool> non_finite{false};
+  parallel_for(in.numel(), 2, [&](int64_t begin, int64_t end) {
+    bool local = false;
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = static_cast<float>(x[i]);
+      local |= !std::isfinite(v);
+      y[i] = static_cast<Out>(v * inv_scale);
+    }
+    if (local) non_finite.store(true, std::memory_order_relaxed);
+  });
+  return non_finite.load();
+}
+
+}  // namespace
+
+void CpuKernels::unscale_check_finite(const UnscaleArgs& args) {
+  DEMI_CHECK(args.in.size() == args.out.size(), "unscale_check_finite: ", args.in.size(), " inputs but ",
+             args.out.size(), " outputs");
+  DEMI_CHECK(args.inv_scale.dtype == DType::F32 && args.inv_scale.numel() == 1 && args.found_inf.dtype == DType::F32 &&
+                 args.found_inf.numel() == 1,
+             "unscale_check_finite: inv_scale and found_inf must be one-element float32 tensors");
+  const float inv_scale = *args.inv_scale.as<float>();
+  bool found = false;
+  for (size_t i = 0; i < args.in.size(); ++i) {
+    const TensorRef& in = args.in[i];
+    const TensorRef& out = args.out[i];
+    DEMI_CHECK(in.numel() == out.numel() && (out.dtype == in.dtype || out.dtype == DType::F32),
+               "unscale_check_finite: gradient ", i, " (", in.dtype, " ", in.shape, ") cannot be unscaled into ",
+               out.dtype, " ", out.shape, "; the target must have its size and its dtype or float32");
+    dispatch_floating(in.dtype, "unscale_check_finite", [&](auto in_tag) {
+      using In = decltype(in_tag);
+      if (out.dtype == in.dtype) {
+        found |= unscale_one<In, In>(in, out, inv_scale);
+      } else {
+        found |= unscale_one<In, float>(in, out, inv_scale);
+      }
+    });
+  }
+  if (found) *args.found_inf.as<float>() = 1.0f;
+}
+
+void CpuKernels::update_scale(const ScaleUpdateArgs& args) {
+  DEMI_CHECK(args.scale.dtype == DType::F32 && args.growth_tracker.dtype == DType::I64 &&
+                 args.found_inf.dtype == DType::F32,
+             "update_scale: scale and found_inf must be float32 and growth_tracker int64");
+  float& scale = *args.scale.as<float>();
+  int64_t& tracker = *args.growth_tracker.as<int64_t>();
+  if (*args.found_inf.as<float>() != 0.0f) {
+    scale = static_cast<float>(scale * args.backoff_factor);
+    tracker = 0;
+    return;
+  }
+  const int64_t successful = tracker + 1;
+  if (successful >= args.growth_interval) {
+    const float grown = static_cast<float>(scale * args.growth_factor);
+    if (std::isfinite(grown)) scale = grown;  // never grow into inf
+    tracker = 0;
+  } else {
+    tracker = successful;
+  }
+}
+
+}  // namespace demi::backend::cpu

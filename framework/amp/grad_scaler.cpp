@@ -1,0 +1,187 @@
+// GradScaler: the state machine on the host, the numbers on the device (scale, growth tracker,
+// found_inf), one host read of found_inf per step.
+#include "framework/amp/grad_scaler.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "framework/autograd/grad_mode.h"
+#include "framework/core/warning.h"
+#include "framework/nn/clip_grad.h"
+#include "framework/ops/ops.h"
+#include "framework/tensor/factories.h"
+
+namespace demi::amp {
+
+GradScaler::GradScaler(const Options& o) : options_(o) {
+  DEMI_CHECK(o.init_scale > 0 && std::isfinite(o.init_scale), "GradScaler: init_scale must be positive and finite, got ",
+             o.init_scale);
+  DEMI_CHECK(o.growth_factor > 1.0, "GradScaler: growth_factor must be > 1, got ", o.growth_factor);
+  DEMI_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, "GradScaler: backoff_factor must be in (0, 1), got ",
+             o.backoff_factor);
+  DEMI_CHECK(o.growth_interval > 0, "GradScaler: growth_interval must be positive, got ", o.growth_interval);
+}
+
+void GradScaler::lazy_init(const Device& device) {
+  if (scale_.defined()) return;
+  scale_ = full({}, options_.init_scale, DType::F32, device);
+  growth_tracker_ = zeros({}, DType::I64, device);
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
+  if (!options_.enabled) return loss;
+  DEMI_CHECK(loss.defined() && is_floating(loss.dtype()), "GradScaler::scale: the loss must be a floating tensor");
+  lazy_init(loss.device());
+  DEMI_CHECK(loss.device() == scale_.device(), "GradScaler::scale: the loss is on ", loss.device(),
+             " but the scaler's state is on ", scale_.device(), "; use one scaler per device");
+  return loss.to(DType::F32) * scale_;
+}
+
+void GradScaler::unscale_(optim::Optimizer& opt) {
+  if (!options_.enabled) return;
+  OptimizerState& state = per_optimizer_[&opt];
+  DEMI_CHECK(state.stage != Stage::Unscaled, "GradScaler::unscale_: unscale_() has already been called on this "
+             "optimizer since the last update(); call it once per step, before clipping (in gradient "
+             "accumulation, only at the step boundary)");
+  DEMI_CHECK(state.stage != Stage::Stepped, "GradScaler::unscale_: unscale_() is being called after step(); call "
+             "it before step(), or call update() to start the next iteration");
+  DEMI_CHECK(scale_.defined(), "GradScaler::unscale_: no scale yet; this may mean the script did not call "
+             "scaler.scale(loss).backward() earlier in the iteration");
+  NoGradGuard no_grad;
+  // The fp32 rounding of the fp64 reciprocal, as PyTorch, so 1/scale is exact for powers of two.
+  const Tensor inv_scale = pow(scale_.to(DType::F64), -1.0).to(DType::F32);
+  state.found_inf = zeros({}, DType::F32, scale_.device());
+  backend::UnscaleArgs args;
+  for (const optim::Optimizer::GradientTarget& t : opt.gradient_targets()) {
+    DEMI_CHECK(t.grad.device() == scale_.device(), "GradScaler::unscale_: a gradient is on ", t.grad.device(),
+               " but the scaler's state is on ", scale_.device());
+    args.in.push_back(t.grad.ref());
+    args.out.push_back(t.unscaled.ref());
+  }
+  args.inv_scale = inv_scale.ref();
+  args.found_inf = state.found_inf.ref();
+  kernels(scale_).unscale_check_finite(args);
+  state.stage = Stage::Unscaled;
+}
+
+bool GradScaler::step(optim::Optimizer& opt) {
+  if (!options_.enabled) {
+    opt.step();
+    return true;
+  }
+  OptimizerState& state = per_optimizer_[&opt];
+  DEMI_CHECK(state.stage != Stage::Stepped, "GradScaler::step: step() has already been called since the last "
+             "update(); call update() once per iteration, after step()");
+  if (state.stage == Stage::Ready) unscale_(opt);
+  const bool skip = state.found_inf.item<float>() != 0.0f;  // the one host read of the step
+  if (!skip) opt.step();
+  state.stage = Stage::Stepped;
+  record_step(skip);
+  return !skip;
+}
+
+void GradScaler::record_step(bool skipped) {
+  last_step_skipped_ = skipped;
+  if (skipped) {
+    ++steps_skipped_;
+    ++consecutive_skips_;
+  } else {
+    ++steps_taken_;
+    consecutive_skips_ = 0;
+  }
+}
+
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  Tensor found_inf;
+  for (auto& [opt, state] : per_optimizer_) {
+    if (!state.found_inf.defined()) continue;
+    found_inf = found_inf.defined() ? found_inf + state.found_inf : state.found_inf;
+  }
+  DEMI_CHECK(found_inf.defined(), "GradScaler::update: no inf checks were recorded prior to update(); call "
+             "step(optimizer) (or unscale_) first in each iteration");
+  backend::ScaleUpdateArgs args;
+  args.scale = scale_.ref();
+  args.growth_tracker = growth_tracker_.ref();
+  args.found_inf = found_inf.ref();
+  args.growth_factor = options_.growth_factor;
+  args.backoff_factor = options_.backoff_factor;
+  args.growth_interval = options_.growth_interval;
+  kernels(scale_).update_scale(args);
+  per_optimizer_.clear();
+
+  if (options_.min_scale || options_.max_scale) {
+    const double s = get_scale();
+    const double clamped = std::min(std::max(s, options_.min_scale.value_or(s)), options_.max_scale.value_or(s));
+    if (clamped != s) kernels(scale_).fill(scale_.ref(), clamped);
+  }
+  // Collapse: read the scale only after a skip (rare), so clean steps stay free of host reads.
+  if (!warned_ && last_step_skipped_) {
+    const double s = get_scale();
+    if (consecutive_skips_ >= options_.warn_after_consecutive_skips || s < 1.0) {
+      warned_ = true;
+      std::ostringstream msg;
+      msg << "GradScaler: " << consecutive_skips_ << " steps in a row were skipped for inf/NaN gradients and "
+          << "the scale is now " << s << ". The gradients overflow even without scaling: lower the learning "
+          << "rate, clip gradients (scaler.clip_grad_norm_), or check the data for inf/NaN.";
+      warn(msg.str());
+    }
+  }
+}
+
+void GradScaler::update(double new_scale) {
+  if (!options_.enabled) return;
+  DEMI_CHECK(new_scale > 0 && std::isfinite(new_scale), "GradScaler::update: new_scale must be positive and finite, got ",
+             new_scale);
+  DEMI_CHECK(scale_.defined(), "GradScaler::update: no scale yet; call scale(loss) first");
+  kernels(scale_).fill(scale_.ref(), new_scale);
+  per_optimizer_.clear();
+}
+
+Tensor GradScaler::clip_grad_norm_(optim::Optimizer& opt, double max_norm) {
+  if (options_.enabled) {
+    OptimizerState& state = per_optimizer_[&opt];
+    DEMI_CHECK(state.stage != Stage::Stepped, "GradScaler::clip_grad_norm_: called after step(); clip between "
+               "backward() and step()");
+    if (state.stage == Stage::Ready) unscale_(opt);
+  }
+  std::vector<Tensor> grads;
+  for (const optim::Optimizer::GradientTarget& t : opt.gradient_targets()) grads.push_back(t.unscaled);
+  return nn::detail::clip_gradients_(grads, max_norm);
+}
+
+double GradScaler::get_scale() const {
+  if (!options_.enabled) return 1.0;
+  return scale_.defined() ? scale_.item<float>() : options_.init_scale;
+}
+
+int64_t GradScaler::get_growth_tracker() const {
+  if (!options_.enabled) return 0;
+  return growth_tracker_.defined() ? growth_tracker_.item<int64_t>() : 0;
+}
+
+std::map<std::string, double> GradScaler::state_dict() const {
+  if (!options_.enabled) return {};
+  return {{"scale", get_scale()},
+          {"growth_factor", options_.growth_factor},
+          {"backoff_factor", options_.backoff_factor},
+          {"growth_interval", static_cast<double>(options_.growth_interval)},
+          {"_growth_tracker", static_cast<double>(get_growth_tracker())}};
+}
+
+void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
+  if (!options_.enabled) return;
+  DEMI_CHECK(!state.empty(), "GradScaler::load_state_dict: the state is empty, possibly because it was saved "
+             "from a disabled GradScaler");
+  for (const char* key : {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}) {
+    DEMI_CHECK(state.count(key), "GradScaler::load_state_dict: missing key '", key, "'");
+  }
+  options_.growth_factor = state.at("growth_factor");
+  options_.backoff_factor = state.at("backoff_factor");
+  options_.growth_interval = static_cast<int64_t>(state.at("growth_interval"));
+  const Device device = scale_.defined() ? scale_.device() : Device::cpu();
+  scale_ = full({}, state.at("scale"), DType::F32, device);
+  growth_tracker_ = full({}, state.at("_growth_tracker"), DType::I64, device);
+}
+
+}  // namespace demi::amp

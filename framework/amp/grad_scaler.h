@@ -1,0 +1,82 @@
+// amp::GradScaler: dynamic loss scaling with torch.amp.GradScaler's semantics (defaults, per-
+// optimizer READY/UNSCALED/STEPPED state, errors, state_dict keys), plus what PyTorch lacks:
+// bf16 and fp16 gradients unscaled alike, skip counters, and a warning when the scale collapses.
+// The scale, growth tracker and found_inf live on the gradients' device; the host reads found_inf
+// once per step, in step(), to decide whether to skip.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "framework/optim/optimizer.h"
+#include "framework/tensor/tensor.h"
+
+namespace demi::amp {
+
+class GradScaler {
+ public:
+  struct Options {
+    double init_scale = 65536.0;
+    double growth_factor = 2.0;
+    double backoff_factor = 0.5;
+    int64_t growth_interval = 2000;
+    bool enabled = true;
+    std::optional<double> min_scale;  // none by default, as PyTorch
+    std::optional<double> max_scale;
+    // Warn once when this many steps in a row were skipped, or when the scale falls below 1.
+    int64_t warn_after_consecutive_skips = 20;
+  };
+
+  GradScaler() : GradScaler(Options{}) {}
+  explicit GradScaler(const Options& options);
+
+  // loss (cast to fp32 first, so a half loss times 65536 cannot overflow) times the scale.
+  Tensor scale(const Tensor& loss);
+  // Unscales opt's gradients in one fused pass that also records inf/NaN. Once per step.
+  void unscale_(optim::Optimizer& opt);
+  // Unscales if needed, then steps opt unless its gradients held inf/NaN. Returns whether it stepped.
+  bool step(optim::Optimizer& opt);
+  // Backs the scale off after a skipped step, or grows it after growth_interval clean ones.
+  void update();
+  // Sets the scale to new_scale.
+  void update(double new_scale);
+  // Unscales opt's gradients if not yet done, then clips them to max_norm (global L2 norm); returns
+  // the norm of the true (unscaled) gradients. Clipping scaled gradients cannot be written.
+  Tensor clip_grad_norm_(optim::Optimizer& opt, double max_norm);
+
+  double get_scale() const;
+  int64_t get_growth_tracker() const;
+  bool is_enabled() const { return options_.enabled; }
+  const Options& options() const { return options_; }
+
+  // Beyond PyTorch: what happened to the steps.
+  bool last_step_skipped() const { return last_step_skipped_; }
+  int64_t steps_taken() const { return steps_taken_; }
+  int64_t steps_skipped() const { return steps_skipped_; }
+  int64_t consecutive_skips() const { return consecutive_skips_; }
+
+  // PyTorch's keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker.
+  std::map<std::string, double> state_dict() const;
+  void load_state_dict(const std::map<std::string, double>& state);
+
+ private:
+  enum class Stage { Ready, Unscaled, Stepped };
+  struct OptimizerState {
+    Stage stage = Stage::Ready;
+    Tensor found_inf;  // 0-d F32 on the gradients' device
+  };
+  void lazy_init(const Device& device);
+  void record_step(bool skipped);
+
+  Options options_;
+  Tensor scale_;           // 0-d F32, created on the first scale() on the loss's device
+  Tensor growth_tracker_;  // 0-d I64
+  std::unordered_map<const optim::Optimizer*, OptimizerState> per_optimizer_;
+  bool last_step_skipped_ = false;
+  int64_t steps_taken_ = 0, steps_skipped_ = 0, consecutive_skips_ = 0;
+  bool warned_ = false;
+};
+
+}  // namespace demi::amp
