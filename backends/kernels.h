@@ -142,6 +142,17 @@ struct SgdArgs {
   bool first_step = true;  // the momentum buffer is initialised from g rather than updated
 };
 
+// One AdamW step on one parameter, in place (torch.optim.AdamW, decoupled weight decay):
+//   p *= 1 - lr * weight_decay;  m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2;
+//   p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps).
+// exp_avg (m) and exp_avg_sq (v) are fp32 (F64 for an F64 param); step counts from 1. A master
+// (fp32) works as in SgdArgs.
+struct AdamWArgs {
+  TensorRef param, grad, exp_avg, exp_avg_sq, master;
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+  int64_t step = 1;
+};
+
 // GradScaler's fused pass over all gradients of an optimizer: out[i] = in[i] * inv_scale for every
 // i (out[i] may be in[i]: in place; or an fp32 buffer for a half gradient), and found_inf (0-d F32)
 // set to 1 when any element of any in[i] is inf or NaN; it is never cleared here, so several
@@ -199,6 +210,7 @@ class Kernels {
   virtual void cross_entropy_backward(const CrossEntropyArgs& args) = 0;
   virtual void random(const RandomArgs& args) = 0;
   virtual void sgd_step(const SgdArgs& args) = 0;
+  virtual void adamw_step(const AdamWArgs& args) = 0;
   virtual void unscale_check_finite(const UnscaleArgs& args) = 0;
   virtual void update_scale(const ScaleUpdateArgs& args) = 0;
 };

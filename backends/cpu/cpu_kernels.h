@@ -48,6 +48,8 @@ class CpuKernels final : public Kernels {
   void random(const RandomArgs& args) override;
   // sgd.cpp
   void sgd_step(const SgdArgs& args) override;
+  // adamw.cpp
+  void adamw_step(const AdamWArgs& args) override;
   // amp.cpp
   void unscale_check_finite(const UnscaleArgs& args) override;
   void update_scale(const ScaleUpdateArgs& args) override;

@@ -58,6 +58,7 @@ class CudaKernels final : public Kernels {
   void cross_entropy_backward(const CrossEntropyArgs& args) override;
   void random(const RandomArgs& args) override;
   void sgd_step(const SgdArgs& args) override;
+  void adamw_step(const AdamWArgs& args) override;
   void unscale_check_finite(const UnscaleArgs& args) override;
   void update_scale(const ScaleUpdateArgs& args) override;
 

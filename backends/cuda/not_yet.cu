@@ -27,6 +27,7 @@ void CudaKernels::cross_entropy_forward(const CrossEntropyArgs&) { not_yet("cros
 void CudaKernels::cross_entropy_backward(const CrossEntropyArgs&) { not_yet("cross_entropy_backward"); }
 void CudaKernels::random(const RandomArgs&) { not_yet("random"); }
 void CudaKernels::sgd_step(const SgdArgs&) { not_yet("sgd_step"); }
+void CudaKernels::adamw_step(const AdamWArgs&) { not_yet("adamw_step"); }
 void CudaKernels::unscale_check_finite(const UnscaleArgs&) { not_yet("unscale_check_finite"); }
 void CudaKernels::update_scale(const ScaleUpdateArgs&) { not_yet("update_scale"); }
 

@@ -51,12 +51,14 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   // The fp32 rounding of the fp64 reciprocal, as PyTorch, so 1/scale is exact for powers of two.
   const Tensor inv_scale = pow(scale_.to(DType::F64), -1.0).to(DType::F32);
   state.found_inf = zeros({}, DType::F32, scale_.device());
+  state.unscaled.clear();
   backend::UnscaleArgs args;
-  for (const optim::Optimizer::GradientTarget& t : opt.gradient_targets()) {
+  for (const optim::Optimizer::GradientTarget& t : opt.unscale_targets()) {
     DEMI_CHECK(t.grad.device() == scale_.device(), "GradScaler::unscale_: a gradient is on ", t.grad.device(),
                " but the scaler's state is on ", scale_.device());
     args.in.push_back(t.grad.ref());
     args.out.push_back(t.unscaled.ref());
+    state.unscaled.push_back(t.unscaled);
   }
   args.inv_scale = inv_scale.ref();
   args.found_inf = state.found_inf.ref();
@@ -139,15 +141,12 @@ void GradScaler::update(double new_scale) {
 }
 
 Tensor GradScaler::clip_grad_norm_(optim::Optimizer& opt, double max_norm) {
-  if (options_.enabled) {
-    OptimizerState& state = per_optimizer_[&opt];
-    DEMI_CHECK(state.stage != Stage::Stepped, "GradScaler::clip_grad_norm_: called after step(); clip between "
-               "backward() and step()");
-    if (state.stage == Stage::Ready) unscale_(opt);
-  }
-  std::vector<Tensor> grads;
-  for (const optim::Optimizer::GradientTarget& t : opt.gradient_targets()) grads.push_back(t.unscaled);
-  return nn::detail::clip_gradients_(grads, max_norm);
+  if (!options_.enabled) return nn::clip_grad_norm_(opt.parameters(), max_norm);
+  OptimizerState& state = per_optimizer_[&opt];
+  DEMI_CHECK(state.stage != Stage::Stepped, "GradScaler::clip_grad_norm_: called after step(); clip between "
+             "backward() and step()");
+  if (state.stage == Stage::Ready) unscale_(opt);
+  return nn::detail::clip_gradients_(state.unscaled, max_norm);
 }
 
 double GradScaler::get_scale() const {

@@ -65,7 +65,8 @@ class GradScaler {
   enum class Stage { Ready, Unscaled, Stepped };
   struct OptimizerState {
     Stage stage = Stage::Ready;
-    Tensor found_inf;  // 0-d F32 on the gradients' device
+    Tensor found_inf;               // 0-d F32 on the gradients' device
+    std::vector<Tensor> unscaled;   // where unscale_ wrote the true gradients
   };
   void lazy_init(const Device& device);
   void record_step(bool skipped);

@@ -21,6 +21,7 @@
 #include "framework/nn/pooling.h"
 #include "framework/nn/sequential.h"
 #include "framework/ops/ops.h"
+#include "framework/optim/adamw.h"
 #include "framework/optim/optimizer.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/allocator.h"

@@ -1,6 +1,5 @@
-// optim::Optimizer: what every optimizer shares: parameter lists, zero_grad, and the gradient
-// targets the GradScaler unscales into (in place today; the fp32 master gradients of half
-// parameters when masters land).
+// optim::Optimizer: what every optimizer shares: parameter lists, zero_grad, fp32 master copies
+// of half parameters, and the gradient targets the GradScaler unscales into.
 #pragma once
 
 #include <vector>
@@ -8,6 +7,12 @@
 #include "framework/tensor/tensor.h"
 
 namespace demi::optim {
+
+// What an optimizer does with a half (fp16/bf16) parameter.
+enum class MasterWeights {
+  Fp32,  // keep an fp32 master copy, step it, write the rounded value back (the default)
+  None,  // step the half parameter directly (airbench-style; small updates round away: see docs)
+};
 
 class Optimizer {
  public:
@@ -18,18 +23,35 @@ class Optimizer {
   void zero_grad();
   // Every parameter of every group, in order.
   std::vector<Tensor> parameters() const;
+  // The fp32 master of a half parameter (undefined when it has none).
+  Tensor master_of(const Tensor& param) const;
 
-  // The gradients step() will read, each paired with where GradScaler::unscale_ writes its
-  // unscaled value (the same tensor: unscaling is in place). Parameters without a gradient are left out.
+  // For GradScaler::unscale_: each gradient paired with where its unscaled value goes: the fp32
+  // master gradient of a half parameter with a master (so a true gradient of 1e-8 survives), else
+  // the gradient itself (in place). The next step() reads those targets.
   struct GradientTarget {
     Tensor grad;
     Tensor unscaled;
   };
-  std::vector<GradientTarget> gradient_targets() const;
+  std::vector<GradientTarget> unscale_targets();
 
  protected:
-  std::vector<std::vector<Tensor>> param_lists_;  // one per param group
-  void add_params(std::vector<Tensor> params, const char* optimizer);
+  struct Slot {
+    Tensor param;
+    Tensor master;       // fp32 copy of a half param (undefined otherwise)
+    Tensor master_grad;  // fp32 unscaled gradient, written by unscale_targets() users
+  };
+  // Registers a group's parameters (creating masters per policy); returns the group's index.
+  size_t add_params(const std::vector<Tensor>& params, MasterWeights policy, const char* optimizer);
+  // The gradient step() should read for a slot (undefined: no gradient, skip the parameter).
+  Tensor step_gradient(const Slot& slot) const;
+  // Marks the end of a step: the next one reads gradients directly again.
+  void finish_step() { unscaled_into_masters_ = false; }
+
+  std::vector<std::vector<Slot>> slots_;  // one list per param group
+
+ private:
+  bool unscaled_into_masters_ = false;
 };
 
 }  // namespace demi::optim

@@ -1,9 +1,10 @@
 // optim::SGD: torch.optim.SGD's update (momentum, dampening, weight decay, Nesterov) over
-// parameter groups, one fused kernel call per parameter; momentum buffers are fp32.
+// parameter groups, one fused kernel call per parameter; momentum buffers are fp32, and half
+// parameters are stepped through fp32 masters unless master_weights says otherwise.
 #pragma once
 
 #include <map>
-#include <memory>
+#include <string>
 #include <vector>
 
 #include "framework/optim/optimizer.h"
@@ -18,24 +19,21 @@ class SGD : public Optimizer {
     double dampening = 0.0;
     double weight_decay = 0.0;
     bool nesterov = false;
-  };
-  struct ParamGroup {
-    std::vector<Tensor> params;
-    Options options;
+    MasterWeights master_weights = MasterWeights::Fp32;
   };
 
-  SGD(std::vector<Tensor> params, const Options& options);
-  void add_param_group(std::vector<Tensor> params, const Options& options);
-
+  SGD(const std::vector<Tensor>& params, const Options& options);
+  void add_param_group(const std::vector<Tensor>& params, const Options& options);
   void step() override;
 
-  std::vector<ParamGroup>& param_groups() { return groups_; }
-  // Momentum buffers by parameter position ("<group>.<index>").
+  // Each group's options (change lr here, as with PyTorch's param_groups).
+  std::vector<Options>& group_options() { return options_; }
+  // Momentum buffers by position: "<group>.<index>.momentum_buffer".
   std::map<std::string, Tensor> state_dict() const;
 
  private:
-  std::vector<ParamGroup> groups_;
-  std::map<const TensorImpl*, Tensor> momentum_;  // keyed by parameter identity
+  std::vector<Options> options_;
+  std::vector<std::vector<Tensor>> momentum_;  // per slot, fp32, created on first use
 };
 
 }  // namespace demi::optim

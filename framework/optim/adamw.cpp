@@ -1,0 +1,69 @@
+// optim::AdamW: checks, moment state and the per-parameter kernel call.
+#include "framework/optim/adamw.h"
+
+#include "framework/autograd/grad_mode.h"
+#include "framework/tensor/factories.h"
+
+namespace demi::optim {
+
+AdamW::AdamW(const std::vector<Tensor>& params, const Options& options) { add_param_group(params, options); }
+
+void AdamW::add_param_group(const std::vector<Tensor>& params, const Options& o) {
+  DEMI_CHECK(o.lr >= 0.0 && o.eps >= 0.0 && o.weight_decay >= 0.0, "AdamW: lr, eps and weight_decay must be >= 0, got ",
+             o.lr, ", ", o.eps, ", ", o.weight_decay);
+  DEMI_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0 && o.beta2 >= 0.0 && o.beta2 < 1.0, "AdamW: betas must be in [0, 1), got (",
+             o.beta1, ", ", o.beta2, ")");
+  add_params(params, o.master_weights, "AdamW");
+  options_.push_back(o);
+  state_.emplace_back(params.size());
+}
+
+void AdamW::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < slots_.size(); ++g) {
+    const Options& o = options_[g];
+    for (size_t i = 0; i < slots_[g].size(); ++i) {
+      const Slot& slot = slots_[g][i];
+      const Tensor grad = step_gradient(slot);
+      if (!grad.defined()) continue;
+      State& s = state_[g][i];
+      if (!s.exp_avg.defined()) {
+        const DType dtype = slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32;
+        s.exp_avg = zeros(slot.param.shape(), dtype, slot.param.device());
+        s.exp_avg_sq = zeros(slot.param.shape(), dtype, slot.param.device());
+      }
+      ++s.step;
+      backend::AdamWArgs args;
+      args.param = slot.param.ref();
+      args.grad = grad.ref();
+      args.exp_avg = s.exp_avg.ref();
+      args.exp_avg_sq = s.exp_avg_sq.ref();
+      if (slot.master.defined()) args.master = slot.master.ref();
+      args.lr = o.lr;
+      args.beta1 = o.beta1;
+      args.beta2 = o.beta2;
+      args.eps = o.eps;
+      args.weight_decay = o.weight_decay;
+      args.step = s.step;
+      kernels(slot.param).adamw_step(args);
+    }
+  }
+  finish_step();
+}
+
+std::map<std::string, Tensor> AdamW::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (size_t g = 0; g < state_.size(); ++g) {
+    for (size_t i = 0; i < state_[g].size(); ++i) {
+      const State& s = state_[g][i];
+      if (!s.exp_avg.defined()) continue;
+      const std::string key = std::to_string(g) + "." + std::to_string(i) + ".";
+      out.emplace(key + "exp_avg", s.exp_avg);
+      out.emplace(key + "exp_avg_sq", s.exp_avg_sq);
+      out.emplace(key + "step", full({}, static_cast<double>(s.step), DType::I64));
+    }
+  }
+  return out;
+}
+
+}  // namespace demi::optim
