@@ -49,7 +49,8 @@ Edge edge_of(const Tensor& t);
 // Runs backward from `root` with initial gradient `grad_root`.
 void run_backward(const Tensor& root, const Tensor& grad_root);
 
-// Bytes held by tensors saved for backward, summed over live graphs.
+// Bytes of the storages that live graphs saved for backward, each storage counted once;
+// parameters (leaves that require grad) are not counted, their casts and all activations are.
 struct SavedTensorStats {
   int64_t current_bytes = 0;
   int64_t peak_bytes = 0;

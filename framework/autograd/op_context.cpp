@@ -1,25 +1,58 @@
 // OpContext bookkeeping: saved tensors and the process-wide count of the bytes they hold.
 #include "framework/autograd/op_context.h"
 
-#include <atomic>
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
 
 #include "framework/autograd/node.h"
 
 namespace demi::autograd {
 namespace {
-std::atomic<int64_t> saved_current{0};
-std::atomic<int64_t> saved_peak{0};
 
-void add_saved(int64_t bytes) {
-  const int64_t now = saved_current.fetch_add(bytes) + bytes;
-  int64_t peak = saved_peak.load();
-  while (now > peak && !saved_peak.compare_exchange_weak(peak, now)) {
+// Each storage is counted once however many ops save it (relu's output is also the next conv's
+// input), so the total is the memory the graphs really hold.
+struct SavedStorages {
+  std::mutex mutex;
+  std::unordered_map<const Storage*, int> holders;
+  SavedTensorStats stats;
+};
+SavedStorages& saved_storages() {
+  static auto* s = new SavedStorages();  // never destroyed: graphs may die after main()
+  return *s;
+}
+
+void hold(const Storage* storage) {
+  SavedStorages& s = saved_storages();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.holders[storage]++ == 0) {
+    s.stats.current_bytes += static_cast<int64_t>(storage->nbytes());
+    s.stats.peak_bytes = std::max(s.stats.peak_bytes, s.stats.current_bytes);
   }
 }
+
+void drop(const Storage* storage) {
+  SavedStorages& s = saved_storages();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.holders.find(storage);
+  if (--it->second == 0) {
+    s.stats.current_bytes -= static_cast<int64_t>(storage->nbytes());
+    s.holders.erase(it);
+  }
+}
+
 }  // namespace
 
-SavedTensorStats saved_tensor_stats() { return {saved_current.load(), saved_peak.load()}; }
-void reset_saved_tensor_peak() { saved_peak.store(saved_current.load()); }
+SavedTensorStats saved_tensor_stats() {
+  SavedStorages& s = saved_storages();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.stats;
+}
+void reset_saved_tensor_peak() {
+  SavedStorages& s = saved_storages();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.stats.peak_bytes = s.stats.current_bytes;
+}
 
 OpContext::OpContext(OpContext&& other) noexcept
     : op_name_(other.op_name_),
@@ -27,10 +60,10 @@ OpContext::OpContext(OpContext&& other) noexcept
       recording_(other.recording_),
       released_(other.released_),
       saved_(std::move(other.saved_)),
-      saved_bytes_(other.saved_bytes_),
+      counted_(std::move(other.counted_)),
       attrs_(std::move(other.attrs_)) {
   other.saved_.clear();
-  other.saved_bytes_ = 0;
+  other.counted_.clear();
   other.released_ = true;
 }
 
@@ -38,10 +71,11 @@ void OpContext::save(const Tensor& t) {
   if (!recording_) return;
   // Detached: an op that saves its own output must not keep its own node alive through it.
   saved_.push_back(t.defined() ? t.detach() : t);
-  if (t.defined()) {
-    const auto bytes = static_cast<int64_t>(t.nbytes());
-    saved_bytes_ += bytes;
-    add_saved(bytes);
+  // Parameters (leaves that require grad) live anyway; what the graph adds is everything else.
+  if (t.defined() && !(t.is_leaf() && t.requires_grad())) {
+    const Storage* storage = t.impl()->storage.get();
+    hold(storage);
+    counted_.push_back(t.impl()->storage);
   }
 }
 
@@ -56,8 +90,8 @@ void OpContext::release() {
   if (released_) return;
   released_ = true;
   saved_.clear();
-  saved_current.fetch_sub(saved_bytes_);
-  saved_bytes_ = 0;
+  for (const auto& storage : counted_) drop(storage.get());
+  counted_.clear();
 }
 
 }  // namespace demi::autograd

@@ -1,5 +1,6 @@
 // OpContext: what one op's forward leaves for its backward (saved tensors, attributes) and which
-// inputs need a gradient. Saved bytes are counted so activation memory is measured, not assumed.
+// inputs need a gradient. The storages it saves are counted (once each, across all graphs) so
+// activation memory is measured, not assumed.
 #pragma once
 
 #include <any>
@@ -38,7 +39,7 @@ class OpContext {
   bool recording_;
   bool released_ = false;
   std::vector<Tensor> saved_;
-  int64_t saved_bytes_ = 0;
+  std::vector<std::shared_ptr<Storage>> counted_;  // storages this context added to the saved-bytes count
   std::any attrs_;
 };
 

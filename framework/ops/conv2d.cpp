@@ -24,6 +24,11 @@ struct Conv2d {
 
   static Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Conv2dAttrs& attrs) {
+    // dtypes are checked here, after autocast has cast the inputs
+    DEMI_CHECK(x.dtype() == weight.dtype(), "conv2d: input is ", x.dtype(), " but weight is ", weight.dtype(),
+               "; convert one with .to(dtype) or run under autocast");
+    DEMI_CHECK(!bias.defined() || bias.dtype() == x.dtype(), "conv2d: bias is ", bias.dtype(), " but input is ",
+               x.dtype(), "; convert it with .to(dtype) or run under autocast");
     ctx.save(ctx.needs_grad(1) || ctx.needs_grad(2) ? x : Tensor());
     ctx.save(ctx.needs_grad(0) ? weight : Tensor());
     const int64_t oh = (x.size(2) + 2 * attrs.padding - weight.size(2)) / attrs.stride + 1;
@@ -80,17 +85,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int str
   ops::check_same_device("conv2d", x, weight);
   DEMI_CHECK(x.size(1) == weight.size(1), "conv2d: input ", x.shape(), " has ", x.size(1),
              " channels but weight ", weight.shape(), " expects ", weight.size(1));
-  DEMI_CHECK(x.dtype() == weight.dtype(), "conv2d: input is ", x.dtype(), " but weight is ", weight.dtype(),
-             "; convert one with .to(dtype) or run under autocast");
   DEMI_CHECK(stride >= 1 && padding >= 0, "conv2d: stride must be >= 1 and padding >= 0, got stride ",
              stride, ", padding ", padding);
   DEMI_CHECK(x.size(2) + 2 * padding >= weight.size(2) && x.size(3) + 2 * padding >= weight.size(3),
              "conv2d: kernel ", weight.size(2), "x", weight.size(3), " is larger than the padded input ",
              x.size(2) + 2 * padding, "x", x.size(3) + 2 * padding);
   if (bias.defined()) {
+    ops::check_floating("conv2d", "bias", bias);
     ops::check_same_device("conv2d", x, bias);
-    DEMI_CHECK(bias.shape() == Shape{weight.size(0)} && bias.dtype() == x.dtype(), "conv2d: bias must be [",
-               weight.size(0), "] of dtype ", x.dtype(), ", got ", bias.shape(), " ", bias.dtype());
+    DEMI_CHECK(bias.shape() == Shape{weight.size(0)}, "conv2d: bias must be [", weight.size(0), "], got ", bias.shape());
   }
   return ops::apply<ops::Conv2d>(x, weight, bias, ops::Conv2dAttrs{stride, padding, bias.defined()});
 }

@@ -13,6 +13,11 @@ struct Linear {
 
   // x is [M, in] here; linear() folds leading dims into M.
   static Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    // dtypes are checked here, after autocast has cast the inputs
+    DEMI_CHECK(x.dtype() == weight.dtype(), "linear: input is ", x.dtype(), " but weight is ", weight.dtype(),
+               "; convert one with .to(dtype) or run under autocast");
+    DEMI_CHECK(!bias.defined() || bias.dtype() == x.dtype(), "linear: bias is ", bias.dtype(), " but input is ",
+               x.dtype(), "; convert it with .to(dtype) or run under autocast");
     ctx.save(ctx.needs_grad(1) ? x : Tensor());
     ctx.save(ctx.needs_grad(0) ? weight : Tensor());
     return gemm(x, Transpose::No, weight, Transpose::Yes, bias);
@@ -36,12 +41,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   ops::check_dim("linear", "weight", weight, 2, "[out_features, in_features]");
   DEMI_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input of shape ", x.shape(),
              " has ", (x.dim() ? x.size(-1) : 0), " features but weight ", weight.shape(), " expects ", weight.size(1));
-  DEMI_CHECK(x.dtype() == weight.dtype(), "linear: input is ", x.dtype(), " but weight is ", weight.dtype(),
-             "; convert one with .to(dtype) or run under autocast");
   if (bias.defined()) {
+    ops::check_floating("linear", "bias", bias);
     ops::check_same_device("linear", x, bias);
-    DEMI_CHECK(bias.shape() == Shape{weight.size(0)} && bias.dtype() == x.dtype(), "linear: bias must be [",
-               weight.size(0), "] of dtype ", x.dtype(), ", got ", bias.shape(), " ", bias.dtype());
+    DEMI_CHECK(bias.shape() == Shape{weight.size(0)}, "linear: bias must be [", weight.size(0), "], got ", bias.shape());
   }
   Shape out_shape = x.shape();
   out_shape.back() = weight.size(0);

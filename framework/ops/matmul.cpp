@@ -12,6 +12,9 @@ struct Matmul {
   static constexpr amp::Category kCast = amp::Category::LowerPrecision;
 
   static Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
+    // dtypes are checked here, after autocast has cast the inputs
+    DEMI_CHECK(a.dtype() == b.dtype(), "matmul: operands have different dtypes (", a.dtype(), " and ", b.dtype(),
+               "); convert one with .to(dtype) or run under autocast");
     ctx.save(ctx.needs_grad(1) ? a : Tensor());
     ctx.save(ctx.needs_grad(0) ? b : Tensor());
     return gemm(a, Transpose::No, b, Transpose::No);
@@ -30,8 +33,6 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   ops::check_floating("matmul", "first operand", a);
   ops::check_floating("matmul", "second operand", b);
   ops::check_same_device("matmul", a, b);
-  DEMI_CHECK(a.dtype() == b.dtype(), "matmul: operands have different dtypes (", a.dtype(), " and ",
-             b.dtype(), "); convert one with .to(dtype) or run under autocast");
   DEMI_CHECK((a.dim() == 2 && b.dim() == 2) || (a.dim() == 3 && (b.dim() == 2 || b.dim() == 3)),
              "matmul: supports [M, K] @ [K, N] and [B, M, K] @ [B, K, N] or [K, N], got ", a.shape(), " @ ", b.shape());
   DEMI_CHECK(a.size(-1) == b.size(-2), "matmul: inner dimensions differ: ", a.shape(), " @ ", b.shape(),

@@ -24,6 +24,8 @@ class AdamW : public Optimizer {
   AdamW(const std::vector<Tensor>& params, const Options& options);
   void add_param_group(const std::vector<Tensor>& params, const Options& options);
   void step() override;
+  double lr(size_t group) const override { return options_.at(group).lr; }
+  void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
 
   std::vector<Options>& group_options() { return options_; }
   // "<group>.<index>.exp_avg", ".exp_avg_sq" and ".step" (a one-element int64 tensor).

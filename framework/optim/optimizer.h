@@ -23,6 +23,10 @@ class Optimizer {
   void zero_grad();
   // Every parameter of every group, in order.
   std::vector<Tensor> parameters() const;
+  // Learning rate of each param group (what schedulers drive).
+  size_t num_groups() const { return slots_.size(); }
+  virtual double lr(size_t group) const = 0;
+  virtual void set_lr(size_t group, double lr) = 0;
   // The fp32 master of a half parameter (undefined when it has none).
   Tensor master_of(const Tensor& param) const;
 

@@ -25,6 +25,8 @@ class SGD : public Optimizer {
   SGD(const std::vector<Tensor>& params, const Options& options);
   void add_param_group(const std::vector<Tensor>& params, const Options& options);
   void step() override;
+  double lr(size_t group) const override { return options_.at(group).lr; }
+  void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
 
   // Each group's options (change lr here, as with PyTorch's param_groups).
   std::vector<Options>& group_options() { return options_; }

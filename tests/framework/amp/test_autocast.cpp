@@ -92,6 +92,16 @@ TEST(Autocast, HalfInputsToFp32OpsComeOutFp32AndPromoteWidens) {
   EXPECT_EQ((h + ones({3}, DType::BF16)).dtype(), DType::F32);
 }
 
+// A half activation meeting an fp32 weight is the normal case after the first layer: the dtype
+// checks must see the inputs after autocast cast them (a bug once rejected this).
+TEST(Autocast, HalfActivationMeetsFp32WeightInGemmOps) {
+  AutocastGuard guard(Device::Kind::CPU, DType::F16);
+  const Tensor h = ones({2, 3, 4, 4}, DType::F16);
+  EXPECT_EQ(conv2d(h, ones({2, 3, 3, 3}), ones({2})).dtype(), DType::F16);
+  EXPECT_EQ(linear(ones({2, 3}, DType::BF16), ones({4, 3}), ones({4})).dtype(), DType::F16);
+  EXPECT_EQ(matmul(ones({2, 3}, DType::F16), ones({3, 2})).dtype(), DType::F16);
+}
+
 TEST(Autocast, BatchNormOfHalfInputWithFp32ParametersReturnsHalf) {
   AutocastGuard guard(Device::Kind::CPU, DType::BF16);
   nn::BatchNorm2d bn({3});

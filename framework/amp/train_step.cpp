@@ -1,0 +1,44 @@
+// TrainStep::run: the order of the AMP step, in one place.
+#include "framework/amp/train_step.h"
+
+#include <optional>
+
+#include "framework/amp/autocast.h"
+#include "framework/ops/ops.h"
+
+namespace demi::amp {
+
+TrainStep::TrainStep(optim::Optimizer& optimizer, GradScaler& scaler, const Options& options,
+                     optim::LRScheduler* scheduler)
+    : optimizer_(optimizer), scaler_(scaler), options_(options), scheduler_(scheduler) {
+  DEMI_CHECK(options.dtype == DType::F16 || options.dtype == DType::BF16 || options.dtype == DType::F32,
+             "TrainStep: dtype must be float16, bfloat16 or float32, got ", options.dtype);
+  DEMI_CHECK(options.micro_batches >= 1, "TrainStep: micro_batches must be >= 1, got ", options.micro_batches);
+  DEMI_CHECK(options.clip_grad_norm >= 0.0, "TrainStep: clip_grad_norm must be >= 0, got ", options.clip_grad_norm);
+}
+
+TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
+  Result result;
+  optimizer_.zero_grad();
+  for (int i = 0; i < options_.micro_batches; ++i) {
+    Tensor loss;
+    {
+      std::optional<AutocastGuard> autocast;
+      if (options_.dtype != DType::F32) autocast.emplace(options_.device, options_.dtype);
+      loss = loss_fn(i);
+    }
+    DEMI_CHECK(loss.defined() && loss.numel() == 1, "TrainStep: loss_fn must return a one-element loss");
+    result.loss += loss.item<double>() / options_.micro_batches;
+    // Backward outside autocast: its ops run in the dtypes the forward saved.
+    scaler_.scale(options_.micro_batches > 1 ? loss / static_cast<double>(options_.micro_batches) : loss).backward();
+  }
+  if (options_.clip_grad_norm > 0.0) {
+    result.grad_norm = scaler_.clip_grad_norm_(optimizer_, options_.clip_grad_norm).item<double>();
+  }
+  result.stepped = scaler_.step(optimizer_);
+  scaler_.update();
+  if (scheduler_) scheduler_->step(result.stepped ? optim::StepOutcome::Taken : optim::StepOutcome::Skipped);
+  return result;
+}
+
+}  // namespace demi::amp

@@ -1,0 +1,42 @@
+// amp::TrainStep: the one correct mixed-precision step, written once so nobody reorders it:
+// zero_grad; per micro-batch, forward + loss under autocast and the scaled backward outside it;
+// unscale_; optional clipping of the true gradients; step (skipped on inf/NaN); update; scheduler.
+#pragma once
+
+#include <functional>
+
+#include "framework/amp/grad_scaler.h"
+#include "framework/core/device.h"
+#include "framework/optim/lr_scheduler.h"
+#include "framework/optim/optimizer.h"
+
+namespace demi::amp {
+
+class TrainStep {
+ public:
+  struct Options {
+    Device::Kind device = Device::Kind::CPU;  // where autocast applies
+    DType dtype = DType::F16;                 // F16 or BF16; F32 runs without autocast
+    double clip_grad_norm = 0.0;              // max global L2 norm of the true gradients; 0: no clipping
+    int micro_batches = 1;                    // gradient accumulation: losses are averaged over these
+  };
+  struct Result {
+    double loss = 0.0;       // mean loss over the micro-batches (unscaled)
+    bool stepped = false;    // false when the scaler skipped the step
+    double grad_norm = 0.0;  // before clipping; 0 when not clipping
+  };
+
+  // scheduler (optional) is stepped once per run(), told whether the step was skipped.
+  TrainStep(optim::Optimizer& optimizer, GradScaler& scaler, const Options& options,
+            optim::LRScheduler* scheduler = nullptr);
+  // loss_fn(i) runs the forward pass of micro-batch i and returns its loss.
+  Result run(const std::function<Tensor(int micro_batch)>& loss_fn);
+
+ private:
+  optim::Optimizer& optimizer_;
+  GradScaler& scaler_;
+  Options options_;
+  optim::LRScheduler* scheduler_;
+};
+
+}  // namespace demi::amp

@@ -1,0 +1,70 @@
+// The schedules: each a factor of the base lr as a function of the iteration.
+#include "framework/optim/lr_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "framework/core/error.h"
+
+namespace demi::optim {
+namespace {
+constexpr double kPi = 3.14159265358979323846;
+double cosine(double from, double to, double progress) {  // progress in [0, 1]
+  return to + (from - to) * 0.5 * (1.0 + std::cos(kPi * progress));
+}
+}  // namespace
+
+LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
+  for (size_t g = 0; g < optimizer.num_groups(); ++g) base_lrs_.push_back(optimizer.lr(g));
+}
+
+void LRScheduler::apply() {
+  const double f = factor(iteration_);
+  for (size_t g = 0; g < base_lrs_.size(); ++g) optimizer_.set_lr(g, base_lrs_[g] * f);
+}
+
+void LRScheduler::step(StepOutcome outcome) {
+  if (outcome == StepOutcome::Skipped) ++skipped_;
+  ++iteration_;
+  apply();
+}
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  DEMI_CHECK(step_size > 0, "StepLR: step_size must be positive, got ", step_size);
+  apply();
+}
+double StepLR::factor(int64_t iteration) const {
+  return std::pow(gamma_, static_cast<double>(iteration / step_size_));
+}
+
+CosineWithWarmup::CosineWithWarmup(Optimizer& optimizer, int64_t warmup, int64_t total, double min_factor)
+    : LRScheduler(optimizer), warmup_(warmup), total_(total), min_factor_(min_factor) {
+  DEMI_CHECK(warmup >= 0 && total > warmup, "CosineWithWarmup: need 0 <= warmup_iterations < total_iterations, got ",
+             warmup, " and ", total);
+  apply();
+}
+double CosineWithWarmup::factor(int64_t it) const {
+  if (it < warmup_) return static_cast<double>(it + 1) / static_cast<double>(warmup_ + 1);
+  const double progress = std::min(1.0, static_cast<double>(it - warmup_) / static_cast<double>(total_ - warmup_));
+  return cosine(1.0, min_factor_, progress);
+}
+
+OneCycle::OneCycle(Optimizer& optimizer, int64_t total, double pct_start, double div_factor, double final_div_factor)
+    : LRScheduler(optimizer), total_(total), pct_start_(pct_start), div_factor_(div_factor),
+      final_div_factor_(final_div_factor) {
+  DEMI_CHECK(total > 1 && pct_start > 0.0 && pct_start < 1.0, "OneCycle: need total_iterations > 1 and pct_start in "
+             "(0, 1), got ", total, " and ", pct_start);
+  apply();
+}
+double OneCycle::factor(int64_t it) const {
+  // PyTorch's phase ends: iteration pct_start * total - 1 peaks, total - 1 ends.
+  const double peak = pct_start_ * static_cast<double>(total_) - 1.0;
+  const double end = static_cast<double>(total_) - 1.0;
+  const double start = 1.0 / div_factor_, last = start / final_div_factor_;
+  const double t = std::min(static_cast<double>(it), end);
+  if (t <= peak) return cosine(start, 1.0, t / peak);
+  return cosine(1.0, last, (t - peak) / (end - peak));
+}
+
+}  // namespace demi::optim

@@ -1,0 +1,84 @@
+// Learning-rate schedules driven by the iteration count. A step the GradScaler skipped is still
+// an iteration: call step() once per iteration either way (TrainStep does), and nothing warns
+// (PyTorch warns "lr_scheduler.step() before optimizer.step()" when the first fp16 step is skipped).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "framework/optim/optimizer.h"
+
+namespace demi::optim {
+
+// How the optimizer step of an iteration ended (GradScaler::step's answer).
+enum class StepOutcome { Taken, Skipped };
+
+class LRScheduler {
+ public:
+  // Records each group's current lr as its base lr and sets the lr of iteration 0.
+  explicit LRScheduler(Optimizer& optimizer);
+  virtual ~LRScheduler() = default;
+  // Moves to the next iteration and sets every group's lr. A skipped optimizer step is counted,
+  // not warned about.
+  void step(StepOutcome outcome = StepOutcome::Taken);
+  int64_t iteration() const { return iteration_; }
+  int64_t skipped_steps() const { return skipped_; }
+  // lr of group 0 now.
+  double last_lr() const { return optimizer_.lr(0); }
+
+ protected:
+  // The multiplier of the base lr at `iteration` (0-based).
+  virtual double factor(int64_t iteration) const = 0;
+  void apply();  // subclasses call it at the end of their constructor
+
+ private:
+  Optimizer& optimizer_;
+  std::vector<double> base_lrs_;
+  int64_t iteration_ = 0;
+  int64_t skipped_ = 0;
+};
+
+// lr = base * gamma^(iteration / step_size), as torch.optim.lr_scheduler.StepLR.
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+
+ protected:
+  double factor(int64_t iteration) const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+// Linear warm-up from 0 over warmup_iterations, then cosine decay to min_factor * base at
+// total_iterations (and held there).
+class CosineWithWarmup : public LRScheduler {
+ public:
+  CosineWithWarmup(Optimizer& optimizer, int64_t warmup_iterations, int64_t total_iterations, double min_factor = 0.0);
+
+ protected:
+  double factor(int64_t iteration) const override;
+
+ private:
+  int64_t warmup_, total_;
+  double min_factor_;
+};
+
+// torch.optim.lr_scheduler.OneCycleLR (cosine annealing): the optimizer's lr is max_lr; it starts
+// at max_lr / div_factor, rises over pct_start of total_iterations, then falls to
+// max_lr / (div_factor * final_div_factor).
+class OneCycle : public LRScheduler {
+ public:
+  OneCycle(Optimizer& optimizer, int64_t total_iterations, double pct_start = 0.3, double div_factor = 25.0,
+           double final_div_factor = 1e4);
+
+ protected:
+  double factor(int64_t iteration) const override;
+
+ private:
+  int64_t total_;
+  double pct_start_, div_factor_, final_div_factor_;
+};
+
+}  // namespace demi::optim
