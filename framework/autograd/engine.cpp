@@ -49,6 +49,7 @@ TensorList AccumulateGrad::apply(const Tensor& grad_output) {
     // Take the incoming tensor when nothing else holds its storage; copy it otherwise, so a later
     // in-place accumulation cannot write into another tensor's gradient.
     grad = grad_output.impl()->storage.use_count() == 1 ? grad_output.detach() : grad_output.clone();
+    grad.set_memory_category(MemoryCategory::Gradients);
   } else {
     kernels(grad).binary(backend::BinaryKind::Add, grad.ref(), grad_output.ref(), grad.ref());
   }

@@ -22,20 +22,22 @@ SavedStorages& saved_storages() {
   return *s;
 }
 
-void hold(const Storage* storage) {
+void hold(Storage* storage) {
   SavedStorages& s = saved_storages();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.holders[storage]++ == 0) {
+    if (storage->category() == MemoryCategory::Other) storage->set_category(MemoryCategory::SavedActivations);
     s.stats.current_bytes += static_cast<int64_t>(storage->nbytes());
     s.stats.peak_bytes = std::max(s.stats.peak_bytes, s.stats.current_bytes);
   }
 }
 
-void drop(const Storage* storage) {
+void drop(Storage* storage) {
   SavedStorages& s = saved_storages();
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.holders.find(storage);
   if (--it->second == 0) {
+    if (storage->category() == MemoryCategory::SavedActivations) storage->set_category(MemoryCategory::Other);
     s.stats.current_bytes -= static_cast<int64_t>(storage->nbytes());
     s.holders.erase(it);
   }
@@ -73,8 +75,7 @@ void OpContext::save(const Tensor& t) {
   saved_.push_back(t.defined() ? t.detach() : t);
   // Parameters (leaves that require grad) live anyway; what the graph adds is everything else.
   if (t.defined() && !(t.is_leaf() && t.requires_grad())) {
-    const Storage* storage = t.impl()->storage.get();
-    hold(storage);
+    hold(t.impl()->storage.get());
     counted_.push_back(t.impl()->storage);
   }
 }

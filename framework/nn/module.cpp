@@ -7,11 +7,13 @@ namespace demi::nn {
 
 Tensor& Module::register_parameter(const std::string& name, Tensor t) {
   if (t.defined() && !t.requires_grad()) t.requires_grad_();
+  if (t.defined()) t.set_memory_category(MemoryCategory::Parameters);
   params_.emplace_back(name, std::move(t));
   return params_.back().second;
 }
 
 Tensor& Module::register_buffer(const std::string& name, Tensor t) {
+  if (t.defined()) t.set_memory_category(MemoryCategory::Parameters);  // running statistics: model state
   buffers_.emplace_back(name, std::move(t));
   return buffers_.back().second;
 }
@@ -54,6 +56,7 @@ void Module::assign_(Tensor& slot, const Tensor& value) {
   impl.shape = src.shape;
   impl.dtype = src.dtype;
   impl.grad = Tensor();
+  slot.set_memory_category(MemoryCategory::Parameters);
 }
 
 Module& Module::to(DType dtype) {

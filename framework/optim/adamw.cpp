@@ -31,6 +31,8 @@ void AdamW::step() {
         const DType dtype = slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32;
         s.exp_avg = zeros(slot.param.shape(), dtype, slot.param.device());
         s.exp_avg_sq = zeros(slot.param.shape(), dtype, slot.param.device());
+        s.exp_avg.set_memory_category(MemoryCategory::OptimizerState);
+        s.exp_avg_sq.set_memory_category(MemoryCategory::OptimizerState);
       }
       ++s.step;
       backend::AdamWArgs args;

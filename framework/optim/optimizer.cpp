@@ -20,6 +20,7 @@ size_t Optimizer::add_params(const std::vector<Tensor>& params, MasterWeights po
     if (is_half(p.dtype()) && policy == MasterWeights::Fp32) {
       NoGradGuard no_grad;
       slot.master = p.detach().to(DType::F32);
+      slot.master.set_memory_category(MemoryCategory::MasterWeights);
     }
     slots.push_back(slot);
   }
@@ -58,7 +59,10 @@ std::vector<Optimizer::GradientTarget> Optimizer::unscale_targets() {
       const Tensor g = s.param.grad();
       if (!g.defined()) continue;
       if (s.master.defined()) {
-        if (!s.master_grad.defined()) s.master_grad = empty(s.master.shape(), DType::F32, s.master.device());
+        if (!s.master_grad.defined()) {
+          s.master_grad = empty(s.master.shape(), DType::F32, s.master.device());
+          s.master_grad.set_memory_category(MemoryCategory::Gradients);
+        }
         out.push_back({g, s.master_grad});
       } else {
         out.push_back({g, g});

@@ -42,6 +42,7 @@ void SGD::step() {
         if (!buffer.defined()) {
           buffer = empty(slot.param.shape(), slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32,
                          slot.param.device());
+          buffer.set_memory_category(MemoryCategory::OptimizerState);
         }
         args.momentum_buffer = buffer.ref();
       }

@@ -2,7 +2,10 @@
 // training step finds the same blocks again; raw memory comes from the device's Kernels.
 #include "framework/tensor/allocator.h"
 
+#include <algorithm>
+#include <iomanip>
 #include <map>
+#include <sstream>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -72,6 +75,32 @@ class CachingAllocator {
   std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> free blocks
   std::unordered_map<void*, size_t> sizes_;              // live block -> its size class
   MemoryStats stats_;
+
+ public:
+  // Category accounting (requested bytes, not buckets): every storage is in exactly one category.
+  void recategorize(size_t bytes, int from, int to) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (from >= 0) categories_[from].current -= static_cast<int64_t>(bytes);
+    if (to >= 0) {
+      MemoryReport::Bytes& b = categories_[to];
+      b.current += static_cast<int64_t>(bytes);
+      b.peak = std::max(b.peak, b.current);
+    }
+  }
+  MemoryReport report() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    MemoryReport r;
+    for (int i = 0; i < kNumMemoryCategories; ++i) r.by_category[i] = categories_[i];
+    r.allocator = stats_;
+    return r;
+  }
+  void reset_category_peaks() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& b : categories_) b.peak = b.current;
+  }
+
+ private:
+  MemoryReport::Bytes categories_[kNumMemoryCategories];
 };
 
 CachingAllocator& allocator_for(const Device& device) {
@@ -100,6 +129,57 @@ void deallocate(const Device& device, void* ptr) { allocator_for(device).dealloc
 
 MemoryStats memory_stats(const Device& device) { return allocator_for(device).stats(); }
 void empty_cache(const Device& device) { allocator_for(device).empty_cache(); }
-void reset_peak_memory_stats(const Device& device) { allocator_for(device).reset_peak(); }
+void reset_peak_memory_stats(const Device& device) {
+  allocator_for(device).reset_peak();
+  allocator_for(device).reset_category_peaks();
+}
+
+namespace detail {
+void recategorize(const Device& device, size_t bytes, MemoryCategory from, MemoryCategory to) {
+  allocator_for(device).recategorize(bytes, static_cast<int>(from), static_cast<int>(to));
+}
+}  // namespace detail
+
+const char* memory_category_name(MemoryCategory c) {
+  switch (c) {
+    case MemoryCategory::Parameters: return "parameters";
+    case MemoryCategory::Gradients: return "gradients";
+    case MemoryCategory::OptimizerState: return "optimizer state";
+    case MemoryCategory::MasterWeights: return "master weights";
+    case MemoryCategory::SavedActivations: return "saved activations";
+    case MemoryCategory::Other: return "other (outputs, temporaries)";
+  }
+  return "unknown";
+}
+
+MemoryReport memory_report(const Device& device) { return allocator_for(device).report(); }
+
+std::string MemoryReport::str() const {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(2);
+  out << std::left << std::setw(30) << "category" << std::right << std::setw(12) << "current MB" << std::setw(12)
+      << "peak MB" << "\n";
+  for (int i = 0; i < kNumMemoryCategories; ++i) {
+    out << std::left << std::setw(30) << memory_category_name(static_cast<MemoryCategory>(i)) << std::right
+        << std::setw(12) << by_category[i].current / 1e6 << std::setw(12) << by_category[i].peak / 1e6 << "\n";
+  }
+  out << std::left << std::setw(30) << "allocator (reserved)" << std::right << std::setw(12)
+      << allocator.reserved_bytes / 1e6 << std::setw(12) << "" << "\n";
+  return out.str();
+}
+
+TrainingMemoryEstimate estimate_training_memory(int64_t n, DType param_dtype, int optimizer_state_tensors,
+                                                bool fp32_masters) {
+  TrainingMemoryEstimate e;
+  const auto size = static_cast<int64_t>(dtype_size(param_dtype));
+  e.parameters = n * size;
+  e.gradients = n * size;
+  e.optimizer_state = n * 4 * optimizer_state_tensors;
+  if (fp32_masters && is_half(param_dtype)) {
+    e.master_weights = n * 4;
+    e.gradients += n * 4;  // the fp32 gradient the scaler unscales into
+  }
+  return e;
+}
 
 }  // namespace demi

@@ -6,7 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <string>
+
 #include "framework/core/device.h"
+#include "framework/core/dtype.h"
 
 namespace demi {
 
@@ -25,7 +28,41 @@ void empty_cache(const Device& device);
 // Restarts peak tracking at the current allocation.
 void reset_peak_memory_stats(const Device& device);
 
+// What a block of memory holds, for memory_report(). New storage is Other (temporaries,
+// outputs) until something claims it: modules (Parameters), backward (Gradients), optimizers
+// (OptimizerState, MasterWeights), autograd's saved tensors (SavedActivations).
+enum class MemoryCategory { Parameters, Gradients, OptimizerState, MasterWeights, SavedActivations, Other };
+constexpr int kNumMemoryCategories = 6;
+const char* memory_category_name(MemoryCategory c);
+
+struct MemoryReport {
+  struct Bytes {
+    int64_t current = 0;
+    int64_t peak = 0;
+  };
+  Bytes by_category[kNumMemoryCategories];
+  MemoryStats allocator;  // the caching allocator's totals (bucket-rounded, cache included)
+  const Bytes& operator[](MemoryCategory c) const { return by_category[static_cast<int>(c)]; }
+  // A table: one row per category, current and peak in MB.
+  std::string str() const;
+};
+// Bytes by category on `device`, current and peak (peaks since the last reset_peak_memory_stats).
+MemoryReport memory_report(const Device& device = Device::cpu());
+
+// What training a model of num_params parameters costs by category, before activations:
+// parameters and gradients in param_dtype, optimizer_state_tensors fp32 tensors per parameter
+// (SGD with momentum 1, AdamW 2), and an fp32 master (plus its fp32 gradient) for half params.
+struct TrainingMemoryEstimate {
+  int64_t parameters = 0, gradients = 0, optimizer_state = 0, master_weights = 0;
+};
+TrainingMemoryEstimate estimate_training_memory(int64_t num_params, DType param_dtype, int optimizer_state_tensors,
+                                                bool fp32_masters);
+
 namespace detail {
+// "Not counted": the from of a new storage, the to of a freed one.
+constexpr auto kNoCategory = static_cast<MemoryCategory>(-1);
+// Moves `bytes` of `device` from one category to another (a storage changing hands).
+void recategorize(const Device& device, size_t bytes, MemoryCategory from, MemoryCategory to);
 // A block of at least `bytes`, from the cache when one of the same bucket is free.
 void* allocate(const Device& device, size_t bytes);
 // Hands a block from allocate() back to the cache of its device.

@@ -12,8 +12,20 @@
 namespace demi {
 
 Storage::Storage(const Device& device, size_t nbytes)
-    : device_(device), nbytes_(nbytes), data_(detail::allocate(device, nbytes)) {}
-Storage::~Storage() { detail::deallocate(device_, data_); }
+    : device_(device), nbytes_(nbytes), data_(detail::allocate(device, nbytes)) {
+  detail::recategorize(device_, nbytes_, detail::kNoCategory, category_);
+}
+Storage::~Storage() {
+  detail::recategorize(device_, nbytes_, category_, detail::kNoCategory);
+  detail::deallocate(device_, data_);
+}
+void Storage::set_category(MemoryCategory category) {
+  if (category == category_) return;
+  detail::recategorize(device_, nbytes_, category_, category);
+  category_ = category;
+}
+
+void Tensor::set_memory_category(MemoryCategory category) const { impl_ref().storage->set_category(category); }
 
 TensorImpl& Tensor::impl_ref() const {
   DEMI_CHECK(impl_ != nullptr, "use of an undefined Tensor (default-constructed, or a grad that was "

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/kernels.h"
+#include "framework/tensor/allocator.h"
 #include "framework/core/device.h"
 #include "framework/core/dtype.h"
 #include "framework/core/error.h"
@@ -31,11 +32,15 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   const Device& device() const { return device_; }
+  // What this memory holds, for memory_report().
+  MemoryCategory category() const { return category_; }
+  void set_category(MemoryCategory category);
 
  private:
   Device device_;
   size_t nbytes_;
   void* data_;
+  MemoryCategory category_ = MemoryCategory::Other;
 };
 
 struct TensorImpl;
@@ -102,6 +107,9 @@ class Tensor {
     copy_to_host_as(DTypeOf<T>::value, out.data());
     return out;
   }
+
+  // Tags this tensor's storage for memory_report() (parameters, gradients, optimizer state ...).
+  void set_memory_category(MemoryCategory category) const;
 
   // Identity of the underlying object (two handles to one tensor compare equal).
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
