@@ -1,0 +1,246 @@
+// CpuKernels::batch_norm_*: per-channel normalisation of [N, C] or [N, C, H, W], one channel per
+// task. Statistics are fp32 (fp64 for fp64 input, for gradcheck), summed plane by plane into double
+// and formed in two passes (mean, then squared deviations) so that a large mean does not cancel.
+#include <cmath>
+#include <type_traits>
+
+#include "backends/cpu/common.h"
+#include "backends/cpu/cpu_kernels.h"
+
+namespace demi::backend::cpu {
+namespace {
+
+enum Slot { kSlotX = 0, kSlotG = 1, kSlotY = 2 };
+
+template <typename T>
+using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+struct BnGeom {
+  int64_t n, c, hw;
+  int64_t count() const { return n * hw; }
+};
+
+// The dtype of statistics and affine parameters for an input dtype.
+DType stats_dtype(DType input) { return input == DType::F64 ? DType::F64 : DType::F32; }
+
+void check_param(const TensorRef& t, const char* name, const BnGeom& g, DType want, const char* op) {
+  if (!t.defined()) return;
+  DEMI_CHECK(t.dtype == want, op, ": ", name, " must be ", want, " for this input, got ", t.dtype,
+             " (statistics and affine parameters stay fp32 for half inputs)");
+  DEMI_CHECK(t.numel() == g.c, op, ": ", name, " must have C = ", g.c, " elements, got shape ", t.shape);
+}
+
+void check_like(const TensorRef& t, const TensorRef& x, const char* name, const char* op) {
+  if (!t.defined()) return;
+  DEMI_CHECK(t.shape == x.shape && t.dtype == x.dtype, op, ": ", name, " must match the input (", x.shape, " ",
+             x.dtype, "), got ", t.shape, " ", t.dtype);
+}
+
+BnGeom check_input(const TensorRef& x, const char* op) {
+  DEMI_CHECK(x.shape.size() == 2 || x.shape.size() == 4, op, ": input must be [N, C] or [N, C, H, W], got ",
+             x.shape);
+  DEMI_CHECK(is_floating(x.dtype), op, ": input must be floating, got ", x.dtype);
+  DEMI_CHECK(x.numel() == 0 || x.defined(), op, ": input is undefined");
+  return {x.shape[0], x.shape[1], x.shape.size() == 4 ? x.shape[2] * x.shape[3] : 1};
+}
+
+// Plane (n, c) of x as acc_t<T>: in place for fp32/fp64, else widened into this thread's `slot`.
+template <typename T>
+const acc_t<T>* load_plane(const T* x, int64_t hw, int slot) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    return x;
+  } else {
+    acc_t<T>* out = thread_scratch<acc_t<T>>(slot, hw);
+    convert_n(x, out, hw);
+    return out;
+  }
+}
+
+// Sum of n fp32 values in double, in eight independent lanes that the compiler vectorises (Eigen's
+// cast<double>().sum() goes element by element, 5x slower).
+double sum_double(const float* x, int64_t n) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(x[i + j]);
+  }
+  double sum = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+  for (; i < n; ++i) sum += static_cast<double>(x[i]);
+  return sum;
+}
+double sum_double(const double* x, int64_t n) { return ConstArrayMap<double>(x, n).sum(); }
+
+// y = (x - mean) * scale + shift over one plane, rounded once into T. The mean comes as hi + lo
+// (hi = the mean rounded to Acc): x - hi is exact for x near the mean, so a large mean (say 1000
+// over a spread of 1) costs no accuracy in fp32.
+template <typename T>
+void normalize_plane(const T* x, T* y, int64_t hw, acc_t<T> mean_hi, acc_t<T> mean_lo, acc_t<T> scale,
+                     acc_t<T> shift) {
+  using Acc = acc_t<T>;
+  const ConstArrayMap<Acc> xp(load_plane(x, hw, kSlotX), hw);
+  if constexpr (std::is_same_v<T, Acc>) {
+    ArrayMap<T>(y, hw) = ((xp - mean_hi) - mean_lo) * scale + shift;
+  } else {
+    Acc* buf = thread_scratch<Acc>(kSlotY, hw);
+    ArrayMap<Acc>(buf, hw) = ((xp - mean_hi) - mean_lo) * scale + shift;
+    convert_n(buf, y, hw);
+  }
+}
+
+template <typename T, typename S>
+void forward(const BatchNormArgs& a, const BnGeom& g) {
+  using Acc = acc_t<T>;
+  const T* x = a.input.as<T>();
+  T* y = a.output.as<T>();
+  const S* weight = a.weight.defined() ? a.weight.as<S>() : nullptr;
+  const S* bias = a.bias.defined() ? a.bias.as<S>() : nullptr;
+  const double count = static_cast<double>(g.count());
+  const bool train = a.mode == BatchNormMode::Train;
+  parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      double mean, invstd;
+      if (train) {
+        // Pass 1 sums in double: a plane of large values summed in fp32 would shift the mean.
+        double sum = 0;
+        for (int64_t n = 0; n < g.n; ++n) {
+          sum += sum_double(load_plane(x + (n * g.c + c) * g.hw, g.hw, kSlotX), g.hw);
+        }
+        mean = sum / count;
+        // Pass 2: squared deviations are positive, so Acc sums per plane lose nothing to cancellation.
+        const Acc hi = static_cast<Acc>(mean), lo = static_cast<Acc>(mean - static_cast<double>(hi));
+        double sq = 0;
+        for (int64_t n = 0; n < g.n; ++n) {
+          const ConstArrayMap<Acc> p(load_plane(x + (n * g.c + c) * g.hw, g.hw, kSlotX), g.hw);
+          sq += static_cast<double>(((p - hi) - lo).square().sum());
+        }
+        const double var = sq / count;
+        invstd = 1.0 / std::sqrt(var + a.eps);
+        if (a.save_mean.defined()) a.save_mean.as<S>()[c] = static_cast<S>(mean);
+        if (a.save_invstd.defined()) a.save_invstd.as<S>()[c] = static_cast<S>(invstd);
+        const double m = a.momentum;
+        if (a.running_mean.defined()) {
+          S& rm = a.running_mean.as<S>()[c];
+          rm = static_cast<S>((1 - m) * static_cast<double>(rm) + m * mean);
+        }
+        if (a.running_var.defined()) {
+          S& rv = a.running_var.as<S>()[c];
+          rv = static_cast<S>((1 - m) * static_cast<double>(rv) + m * var * count / (count - 1));
+        }
+      } else {
+        mean = static_cast<double>(a.running_mean.as<S>()[c]);
+        invstd = 1.0 / std::sqrt(static_cast<double>(a.running_var.as<S>()[c]) + a.eps);
+      }
+      const Acc hi = static_cast<Acc>(mean), lo = static_cast<Acc>(mean - static_cast<double>(hi));
+      const Acc scale = static_cast<Acc>(invstd * (weight ? static_cast<double>(weight[c]) : 1.0));
+      const Acc shift = static_cast<Acc>(bias ? static_cast<double>(bias[c]) : 0.0);
+      for (int64_t n = 0; n < g.n; ++n) {
+        const int64_t off = (n * g.c + c) * g.hw;
+        normalize_plane(x + off, y + off, g.hw, hi, lo, scale, shift);
+      }
+    }
+  });
+}
+
+// grad_x = invstd * w * (g - mean(g) - xhat * mean(g * xhat)), grad_w = sum(g * xhat),
+// grad_b = sum(g), with xhat = (x - mean) * invstd from the forward's saved statistics.
+template <typename T, typename S>
+void backward(const BatchNormArgs& a, const BnGeom& g) {
+  using Acc = acc_t<T>;
+  const T* x = a.input.as<T>();
+  const T* gy = a.grad_output.as<T>();
+  T* gx = a.grad_input.defined() ? a.grad_input.as<T>() : nullptr;
+  const S* weight = a.weight.defined() ? a.weight.as<S>() : nullptr;
+  const double count = static_cast<double>(g.count());
+  parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const double mean = static_cast<double>(a.save_mean.as<S>()[c]);
+      const double invstd = static_cast<double>(a.save_invstd.as<S>()[c]);
+      const Acc mean_acc = static_cast<Acc>(mean);
+      double sum_g = 0, sum_gd = 0;  // sum(g), sum(g * (x - mean))
+      for (int64_t n = 0; n < g.n; ++n) {
+        const int64_t off = (n * g.c + c) * g.hw;
+        const ConstArrayMap<Acc> xp(load_plane(x + off, g.hw, kSlotX), g.hw);
+        const ConstArrayMap<Acc> gp(load_plane(gy + off, g.hw, kSlotG), g.hw);
+        sum_g += sum_double(gp.data(), g.hw);
+        sum_gd += static_cast<double>((gp * (xp - mean_acc)).sum());
+      }
+      if (a.grad_weight.defined()) a.grad_weight.as<S>()[c] = static_cast<S>(sum_gd * invstd);
+      if (a.grad_bias.defined()) a.grad_bias.as<S>()[c] = static_cast<S>(sum_g);
+      if (!gx) continue;
+      const double k = invstd * (weight ? static_cast<double>(weight[c]) : 1.0);
+      const Acc k_g = static_cast<Acc>(k);
+      const Acc k_d = static_cast<Acc>(-k * invstd * invstd * sum_gd / count);
+      const Acc k_0 = static_cast<Acc>(-k * sum_g / count);
+      for (int64_t n = 0; n < g.n; ++n) {
+        const int64_t off = (n * g.c + c) * g.hw;
+        const ConstArrayMap<Acc> xp(load_plane(x + off, g.hw, kSlotX), g.hw);
+        const ConstArrayMap<Acc> gp(load_plane(gy + off, g.hw, kSlotG), g.hw);
+        if constexpr (std::is_same_v<T, Acc>) {
+          ArrayMap<T>(gx + off, g.hw) = gp * k_g + (xp - mean_acc) * k_d + k_0;
+        } else {
+          Acc* buf = thread_scratch<Acc>(kSlotY, g.hw);
+          ArrayMap<Acc>(buf, g.hw) = gp * k_g + (xp - mean_acc) * k_d + k_0;
+          convert_n(buf, gx + off, g.hw);
+        }
+      }
+    }
+  });
+}
+
+// Calls fn(T{}, S{}) with the input's type T and the statistics' type S.
+template <typename Fn>
+void dispatch_bn(DType dtype, const char* op, Fn&& fn) {
+  dispatch_floating(dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, double>) {
+      fn(T{}, double{});
+    } else {
+      fn(T{}, float{});
+    }
+  });
+}
+
+}  // namespace
+
+void CpuKernels::batch_norm_forward(const BatchNormArgs& args) {
+  constexpr const char* op = "batch_norm_forward";
+  const BnGeom g = check_input(args.input, op);
+  DEMI_CHECK(args.output.defined() || args.input.numel() == 0, op, ": output is undefined");
+  check_like(args.output, args.input, "output", op);
+  const DType s = stats_dtype(args.input.dtype);
+  check_param(args.weight, "weight", g, s, op);
+  check_param(args.bias, "bias", g, s, op);
+  check_param(args.running_mean, "running_mean", g, s, op);
+  check_param(args.running_var, "running_var", g, s, op);
+  if (args.mode == BatchNormMode::Train) {
+    check_param(args.save_mean, "save_mean", g, s, op);
+    check_param(args.save_invstd, "save_invstd", g, s, op);
+    DEMI_CHECK(g.count() > 1, op, ": training needs more than one value per channel to estimate a variance, got input ",
+               args.input.shape, "; use a larger batch or eval mode");
+  } else {
+    DEMI_CHECK(args.running_mean.defined() && args.running_var.defined(), op,
+               ": eval mode normalises with running_mean and running_var; pass both");
+  }
+  dispatch_bn(args.input.dtype, op, [&](auto t, auto st) { forward<decltype(t), decltype(st)>(args, g); });
+}
+
+void CpuKernels::batch_norm_backward(const BatchNormArgs& args) {
+  constexpr const char* op = "batch_norm_backward";
+  const BnGeom g = check_input(args.input, op);
+  DEMI_CHECK(args.grad_output.defined() || args.input.numel() == 0, op, ": grad_output is undefined");
+  check_like(args.grad_output, args.input, "grad_output", op);
+  check_like(args.grad_input, args.input, "grad_input", op);
+  const DType s = stats_dtype(args.input.dtype);
+  check_param(args.weight, "weight", g, s, op);
+  check_param(args.grad_weight, "grad_weight", g, s, op);
+  check_param(args.grad_bias, "grad_bias", g, s, op);
+  check_param(args.save_mean, "save_mean", g, s, op);
+  check_param(args.save_invstd, "save_invstd", g, s, op);
+  DEMI_CHECK(args.save_mean.defined() && args.save_invstd.defined(), op,
+             ": needs save_mean and save_invstd from the training-mode forward");
+  dispatch_bn(args.input.dtype, op, [&](auto t, auto st) { backward<decltype(t), decltype(st)>(args, g); });
+}
+
+}  // namespace demi::backend::cpu

@@ -1,0 +1,387 @@
+// CpuKernels::conv2d_*: NCHW convolution as im2col + Eigen GEMM, one image per thread, in chunks of
+// output rows. Half inputs are widened to fp32 inside im2col (so they cost about what fp32 does)
+// and rounded once on output. backward_data is GEMM + col2im; backward_weight sums per-thread.
+#include <algorithm>
+#include <type_traits>
+
+#include "backends/cpu/common.h"
+#include "backends/cpu/cpu_kernels.h"
+
+namespace demi::backend::cpu {
+namespace {
+
+template <typename T>
+using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using MatrixMap = Eigen::Map<RowMatrix<T>>;
+template <typename T>
+using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
+
+// Scratch slots: kSlotWeight .. kSlotBiasPartial are taken by the calling thread before the image
+// loop, kSlotCol .. kSlotGradY by every thread inside it (OpenMP thread 0 is the calling thread).
+enum Slot {
+  kSlotWeight = 0,
+  kSlotBias = 1,
+  kSlotPartial = 2,
+  kSlotBiasPartial = 3,
+  kSlotCol = 4,
+  kSlotImage = 5,
+  kSlotGradY = 6,
+};
+
+struct ConvGeom {
+  int64_t n, c, h, w, o, kh, kw, oh, ow;
+  int64_t sh, sw, ph, pw;
+  int64_t ckk() const { return c * kh * kw; }
+  int64_t plane() const { return oh * ow; }
+  // A 1x1 convolution with stride 1 and no padding reads the image itself as its column matrix.
+  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+};
+
+ConvGeom check_conv(const Conv2dArgs& a, const char* op) {
+  const TensorRef &x = a.input, &wt = a.weight, &y = a.output;
+  DEMI_CHECK(x.shape.size() == 4, op, ": input must be [N, C, H, W], got ", x.shape);
+  DEMI_CHECK(wt.shape.size() == 4, op, ": weight must be [O, C, KH, KW], got ", wt.shape);
+  DEMI_CHECK(y.shape.size() == 4, op, ": output must be [N, O, OH, OW], got ", y.shape);
+  DEMI_CHECK(a.stride_h >= 1 && a.stride_w >= 1 && a.pad_h >= 0 && a.pad_w >= 0, op,
+             ": need stride >= 1 and padding >= 0, got stride (", a.stride_h, ", ", a.stride_w, ") padding (",
+             a.pad_h, ", ", a.pad_w, ")");
+  DEMI_CHECK(x.dtype == wt.dtype && x.dtype == y.dtype, op, ": input, weight and output must share a dtype, got ",
+             x.dtype, ", ", wt.dtype, " and ", y.dtype, "; cast them first");
+  DEMI_CHECK(is_floating(x.dtype), op, ": dtype must be floating, got ", x.dtype);
+  ConvGeom g{x.shape[0], x.shape[1], x.shape[2], x.shape[3], wt.shape[0], wt.shape[2], wt.shape[3], 0, 0,
+             a.stride_h, a.stride_w, a.pad_h, a.pad_w};
+  DEMI_CHECK(wt.shape[1] == g.c, op, ": weight ", wt.shape, " expects ", wt.shape[1], " input channels, but input ",
+             x.shape, " has ", g.c, " (groups are not supported)");
+  DEMI_CHECK(g.kh >= 1 && g.kw >= 1 && g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": kernel ", g.kh,
+             "x", g.kw, " does not fit the padded input ", x.shape, " with padding (", g.ph, ", ", g.pw, ")");
+  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  const Shape expected{g.n, g.o, g.oh, g.ow};
+  DEMI_CHECK(y.shape == expected, op, ": output must be ", expected, " for input ", x.shape, ", weight ", wt.shape,
+             ", stride (", g.sh, ", ", g.sw, ") and padding (", g.ph, ", ", g.pw, "), got ", y.shape);
+  DEMI_CHECK(g.n * g.c * g.h * g.w == 0 || x.defined(), op, ": input is undefined");
+  DEMI_CHECK(g.o * g.ckk() == 0 || wt.defined(), op, ": weight is undefined");
+  DEMI_CHECK(g.n * g.o * g.plane() == 0 || y.defined(), op, ": output is undefined");
+  if (a.bias.defined()) {
+    DEMI_CHECK(is_floating(a.bias.dtype), op, ": bias must be floating, got ", a.bias.dtype);
+    DEMI_CHECK(a.bias.numel() == g.o, op, ": bias must be [", g.o, "], got ", a.bias.shape);
+  }
+  return g;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+// Output columns [begin, end) whose input column ox * stride - pad + k falls inside [0, size).
+void valid_range(int64_t size, int64_t out, int64_t stride, int64_t pad, int64_t k, int64_t& begin,
+                 int64_t& end) {
+  begin = std::clamp<int64_t>(ceil_div(pad - k, stride), 0, out);
+  end = std::clamp<int64_t>(ceil_div(size + pad - k, stride), begin, out);
+}
+
+// Output rows are processed in chunks whose column matrix (kChunkBytes or less, half of a Zen 3
+// core's L2) stays in cache between im2col writing it and the GEMM packing it; on SmallCNN this
+// beat whole-image column matrices and smaller chunks.
+constexpr int64_t kChunkBytes = 256 * 1024;
+
+// Zeroes columns [0, ox0) and [ox1, ow) of rows [y0, y1) of a row-major block of width ow: the
+// padding columns, one or two per row, written column by column rather than by a memset call each.
+template <typename Acc>
+void zero_columns(Acc* block, int64_t ow, int64_t y0, int64_t y1, int64_t ox0, int64_t ox1) {
+  for (int64_t ox = 0; ox < ox0; ++ox) {
+    for (int64_t y = y0; y < y1; ++y) block[y * ow + ox] = Acc(0);
+  }
+  for (int64_t ox = ox1; ox < ow; ++ox) {
+    for (int64_t y = y0; y < y1; ++y) block[y * ow + ox] = Acc(0);
+  }
+}
+
+// col[(c, ky, kx), (oy - oy_begin, ox)] = x[c, oy * sh - ph + ky, ox * sw - pw + kx] for output
+// rows [oy_begin, oy_end), 0 in the padding. Each row of col holds (oy_end - oy_begin) * OW values.
+template <typename T, typename Acc>
+void im2col(const T* x, Acc* col, const ConvGeom& g, int64_t oy_begin, int64_t oy_end) {
+  const int64_t len = (oy_end - oy_begin) * g.ow;
+  // Stride 1 with OW == W: output (oy, ox) reads input (oy, ox) shifted by one constant offset, so
+  // the valid rows copy as one block; the few columns that wrap around get zeroed afterwards.
+  const bool block = g.sh == 1 && g.sw == 1 && g.ow == g.w;
+  for (int64_t c = 0; c < g.c; ++c) {
+    const T* xc = x + c * g.h * g.w;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      int64_t vy0, vy1;
+      valid_range(g.h, g.oh, g.sh, g.ph, ky, vy0, vy1);
+      vy0 = std::clamp(vy0, oy_begin, oy_end);
+      vy1 = std::clamp(vy1, vy0, oy_end);
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        Acc* row = col + ((c * g.kh + ky) * g.kw + kx) * len;
+        int64_t ox0, ox1;
+        valid_range(g.w, g.ow, g.sw, g.pw, kx, ox0, ox1);
+        std::fill(row, row + (vy0 - oy_begin) * g.ow, Acc(0));
+        std::fill(row + (vy1 - oy_begin) * g.ow, row + len, Acc(0));
+        if (block && vy0 < vy1) {
+          const int64_t shift = (ky - g.ph) * g.w + (kx - g.pw);
+          const int64_t src_begin = vy0 * g.ow + shift, src_end = vy1 * g.ow + shift;
+          const int64_t lo = std::max<int64_t>(src_begin, 0), hi = std::max(lo, std::min(src_end, g.h * g.w));
+          Acc* base = row + (vy0 - oy_begin) * g.ow;  // base[s - src_begin] pairs with xc[s]
+          std::fill(base, base + (lo - src_begin), Acc(0));
+          std::fill(base + (hi - src_begin), base + (src_end - src_begin), Acc(0));
+          convert_n(xc + lo, base + (lo - src_begin), hi - lo);
+          zero_columns(row, g.ow, vy0 - oy_begin, vy1 - oy_begin, ox0, ox1);
+          continue;
+        }
+        for (int64_t oy = vy0; oy < vy1; ++oy) {
+          Acc* dst = row + (oy - oy_begin) * g.ow;
+          std::fill(dst, dst + ox0, Acc(0));
+          std::fill(dst + ox1, dst + g.ow, Acc(0));
+          const T* src = xc + (oy * g.sh - g.ph + ky) * g.w + ox0 * g.sw - g.pw + kx;
+          if (g.sw == 1) {
+            convert_n(src, dst + ox0, ox1 - ox0);
+          } else {
+            for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] = static_cast<Acc>(src[(ox - ox0) * g.sw]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col for output rows [oy_begin, oy_end): x[c, iy, ix] += col[(c, ky, kx),
+// (oy - oy_begin, ox)]. x must be zeroed before the first chunk. The padding entries of col are
+// zeroed on the way (col is scratch), which lets the stride-1 case add whole blocks.
+template <typename Acc>
+void col2im(Acc* col, Acc* x, const ConvGeom& g, int64_t oy_begin, int64_t oy_end) {
+  const int64_t len = (oy_end - oy_begin) * g.ow;
+  const bool block = g.sh == 1 && g.sw == 1 && g.ow == g.w;
+  for (int64_t c = 0; c < g.c; ++c) {
+    Acc* xc = x + c * g.h * g.w;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      int64_t vy0, vy1;
+      valid_range(g.h, g.oh, g.sh, g.ph, ky, vy0, vy1);
+      vy0 = std::clamp(vy0, oy_begin, oy_end);
+      vy1 = std::clamp(vy1, vy0, oy_end);
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        Acc* row = col + ((c * g.kh + ky) * g.kw + kx) * len;
+        int64_t ox0, ox1;
+        valid_range(g.w, g.ow, g.sw, g.pw, kx, ox0, ox1);
+        if (block && vy0 < vy1) {
+          zero_columns(row, g.ow, vy0 - oy_begin, vy1 - oy_begin, ox0, ox1);
+          const int64_t shift = (ky - g.ph) * g.w + (kx - g.pw);
+          const int64_t src_begin = vy0 * g.ow + shift, src_end = vy1 * g.ow + shift;
+          const int64_t lo = std::max<int64_t>(src_begin, 0), hi = std::max(lo, std::min(src_end, g.h * g.w));
+          const Acc* base = row + (vy0 - oy_begin) * g.ow;  // base[s - src_begin] adds into xc[s]
+          Eigen::Map<Eigen::Array<Acc, Eigen::Dynamic, 1>>(xc + lo, hi - lo) +=
+              Eigen::Map<const Eigen::Array<Acc, Eigen::Dynamic, 1>>(base + (lo - src_begin), hi - lo);
+          continue;
+        }
+        for (int64_t oy = vy0; oy < vy1; ++oy) {
+          const Acc* src = row + (oy - oy_begin) * g.ow;
+          Acc* dst = xc + (oy * g.sh - g.ph + ky) * g.w + ox0 * g.sw - g.pw + kx;
+          if (g.sw == 1) {
+            for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox - ox0] += src[ox];
+          } else {
+            for (int64_t ox = ox0; ox < ox1; ++ox) dst[(ox - ox0) * g.sw] += src[ox];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Output rows per chunk: as many as keep the chunk's column matrix within kChunkBytes.
+template <typename Acc>
+int64_t chunk_rows(const ConvGeom& g) {
+  return std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(1, g.ckk() * g.ow * int64_t(sizeof(Acc))), 1, g.oh);
+}
+
+// Calls body(i) for every image: spread across threads (each GEMM then runs single-threaded, as
+// Eigen does inside a parallel region) when there are enough images, else one after another with
+// Eigen splitting each GEMM.
+template <typename Body>
+void for_each_image(int64_t count, int threads, Body&& body) {
+  if (threads > 1) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < count; ++i) body(i);
+  } else {
+    for (int64_t i = 0; i < count; ++i) body(i);
+  }
+}
+int image_threads(int64_t count) {
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  return count >= threads ? threads : 1;
+}
+
+// The tensor's data as Acc: the data itself when T is Acc, else a widened copy in `slot`.
+template <typename T, typename Acc>
+const Acc* widen(const T* src, int64_t n, int slot) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    return src;
+  } else {
+    Acc* out = thread_scratch<Acc>(slot, n);
+    convert_n(src, out, n);
+    return out;
+  }
+}
+
+// Where an Acc result of n elements goes: straight into dst when T is Acc, else into `slot`, to be
+// rounded into dst afterwards.
+template <typename T, typename Acc>
+Acc* result_buffer(T* dst, int64_t n, int slot) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    return dst;
+  } else {
+    return thread_scratch<Acc>(slot, n);
+  }
+}
+
+// The bias as Acc whatever its dtype, or nullptr when absent.
+template <typename Acc>
+const Acc* bias_as(const TensorRef& bias, int64_t o) {
+  if (!bias.defined()) return nullptr;
+  const Acc* out = nullptr;
+  dispatch_floating(bias.dtype, "conv2d", [&](auto tag) { out = widen<decltype(tag), Acc>(bias.as<decltype(tag)>(), o, kSlotBias); });
+  return out;
+}
+
+template <typename T>
+using StridedMap = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
+template <typename T>
+using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
+
+template <typename T>
+void forward(const Conv2dArgs& a, const ConvGeom& g) {
+  using Acc = acc_t<T>;
+  const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, rows = chunk_rows<Acc>(g);
+  const ConstMatrixMap<Acc> w(widen<T, Acc>(a.weight.as<T>(), g.o * ckk, kSlotWeight), g.o, ckk);
+  const Acc* bias = bias_as<Acc>(a.bias, g.o);
+  const T* input = a.input.as<T>();
+  T* output = a.output.as<T>();
+  for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
+    const T* x = input + i * image;
+    Acc* y = result_buffer<T, Acc>(output + i * g.o * plane, g.o * plane, kSlotImage);
+    if constexpr (std::is_same_v<T, Acc>) {
+      if (g.pointwise()) {  // the image is its own column matrix
+        MatrixMap<Acc>(y, g.o, plane).noalias() = w * ConstMatrixMap<Acc>(x, ckk, plane);
+      }
+    }
+    if (!(std::is_same_v<T, Acc> && g.pointwise())) {
+      // Eigen's GEMM only accumulates (C = A B zeroes C first): start C at the bias instead, which
+      // saves the separate bias pass.
+      MatrixMap<Acc> out(y, g.o, plane);
+      if (bias) {
+        out.colwise() = Eigen::Map<const Eigen::Matrix<Acc, Eigen::Dynamic, 1>>(bias, g.o);
+      } else {
+        out.setZero();
+      }
+      Acc* col = thread_scratch<Acc>(kSlotCol, ckk * rows * g.ow);
+      for (int64_t oy = 0; oy < g.oh; oy += rows) {
+        const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
+        im2col(x, col, g, oy, end);
+        StridedMap<Acc>(y + oy * g.ow, g.o, len, Eigen::OuterStride<>(plane)).noalias() +=
+            w * ConstMatrixMap<Acc>(col, ckk, len);
+      }
+    } else if (bias) {
+      MatrixMap<Acc>(y, g.o, plane).colwise() += Eigen::Map<const Eigen::Matrix<Acc, Eigen::Dynamic, 1>>(bias, g.o);
+    }
+    if constexpr (!std::is_same_v<T, Acc>) convert_n(y, output + i * g.o * plane, g.o * plane);
+  });
+}
+
+template <typename T>
+void backward_data(const Conv2dArgs& a, const ConvGeom& g) {
+  using Acc = acc_t<T>;
+  const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, rows = chunk_rows<Acc>(g);
+  const ConstMatrixMap<Acc> w(widen<T, Acc>(a.weight.as<T>(), g.o * ckk, kSlotWeight), g.o, ckk);
+  const T* grad_y = a.output.as<T>();
+  T* grad_x = a.input.as<T>();
+  for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
+    const Acc* gy = widen<T, Acc>(grad_y + i * g.o * plane, g.o * plane, kSlotGradY);
+    Acc* gx = result_buffer<T, Acc>(grad_x + i * image, image, kSlotImage);
+    if (g.pointwise()) {
+      MatrixMap<Acc>(gx, g.c, plane).noalias() = w.transpose() * ConstMatrixMap<Acc>(gy, g.o, plane);
+    } else {
+      Acc* gcol = thread_scratch<Acc>(kSlotCol, ckk * rows * g.ow);
+      std::fill(gx, gx + image, Acc(0));
+      for (int64_t oy = 0; oy < g.oh; oy += rows) {
+        const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
+        MatrixMap<Acc>(gcol, ckk, len).noalias() =
+            w.transpose() * ConstStridedMap<Acc>(gy + oy * g.ow, g.o, len, Eigen::OuterStride<>(plane));
+        col2im(gcol, gx, g, oy, end);
+      }
+    }
+    if constexpr (!std::is_same_v<T, Acc>) convert_n(gx, grad_x + i * image, image);
+  });
+}
+
+template <typename T>
+void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
+  using Acc = acc_t<T>;
+  const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, wsize = g.o * ckk;
+  const int64_t rows = chunk_rows<Acc>(g);
+  const int threads = image_threads(g.n);
+  // One partial grad_w (and grad_b, in double) per thread, summed after the loop, so threads never
+  // write the same memory and the result does not depend on timing.
+  Acc* partial = thread_scratch<Acc>(kSlotPartial, threads * wsize);
+  std::fill(partial, partial + threads * wsize, Acc(0));
+  const bool want_bias = a.bias.defined();
+  double* bias_partial = thread_scratch<double>(kSlotBiasPartial, threads * g.o);
+  std::fill(bias_partial, bias_partial + threads * g.o, 0.0);
+  const T* input = a.input.as<T>();
+  const T* grad_y = a.output.as<T>();
+  for_each_image(g.n, threads, [&](int64_t i) {
+    const int t = threads > 1 ? omp_get_thread_num() : 0;
+    const T* x = input + i * image;
+    const Acc* gy = widen<T, Acc>(grad_y + i * g.o * plane, g.o * plane, kSlotGradY);
+    MatrixMap<Acc> gw(partial + t * wsize, g.o, ckk);
+    bool done = false;
+    if constexpr (std::is_same_v<T, Acc>) {
+      if (g.pointwise()) {  // the image is its own column matrix
+        gw.noalias() += ConstMatrixMap<Acc>(gy, g.o, plane) * ConstMatrixMap<Acc>(x, ckk, plane).transpose();
+        done = true;
+      }
+    }
+    if (!done) {
+      Acc* col = thread_scratch<Acc>(kSlotCol, ckk * rows * g.ow);
+      for (int64_t oy = 0; oy < g.oh; oy += rows) {
+        const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
+        im2col(x, col, g, oy, end);
+        gw.noalias() += ConstStridedMap<Acc>(gy + oy * g.ow, g.o, len, Eigen::OuterStride<>(plane)) *
+                        ConstMatrixMap<Acc>(col, ckk, len).transpose();
+      }
+    }
+    if (want_bias) {
+      const ConstMatrixMap<Acc> gy_map(gy, g.o, plane);
+      for (int64_t o = 0; o < g.o; ++o) bias_partial[t * g.o + o] += static_cast<double>(gy_map.row(o).sum());
+    }
+  });
+  for (int t = 1; t < threads; ++t) {
+    Eigen::Map<Eigen::Array<Acc, Eigen::Dynamic, 1>>(partial, wsize) +=
+        Eigen::Map<const Eigen::Array<Acc, Eigen::Dynamic, 1>>(partial + t * wsize, wsize);
+    for (int64_t o = 0; o < g.o; ++o) bias_partial[o] += bias_partial[t * g.o + o];
+  }
+  convert_n(partial, a.weight.as<T>(), wsize);
+  if (want_bias) {
+    dispatch_floating(a.bias.dtype, "conv2d_backward_weight", [&](auto tag) {
+      using B = decltype(tag);
+      for (int64_t o = 0; o < g.o; ++o) a.bias.as<B>()[o] = round_to<B>(bias_partial[o]);
+    });
+  }
+}
+
+}  // namespace
+
+void CpuKernels::conv2d_forward(const Conv2dArgs& args) {
+  const ConvGeom g = check_conv(args, "conv2d_forward");
+  dispatch_floating(args.input.dtype, "conv2d_forward", [&](auto tag) { forward<decltype(tag)>(args, g); });
+}
+
+void CpuKernels::conv2d_backward_data(const Conv2dArgs& args) {
+  const ConvGeom g = check_conv(args, "conv2d_backward_data");
+  dispatch_floating(args.input.dtype, "conv2d_backward_data", [&](auto tag) { backward_data<decltype(tag)>(args, g); });
+}
+
+void CpuKernels::conv2d_backward_weight(const Conv2dArgs& args) {
+  const ConvGeom g = check_conv(args, "conv2d_backward_weight");
+  dispatch_floating(args.input.dtype, "conv2d_backward_weight",
+                    [&](auto tag) { backward_weight<decltype(tag)>(args, g); });
+}
+
+}  // namespace demi::backend::cpu

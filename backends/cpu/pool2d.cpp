@@ -1,0 +1,220 @@
+// CpuKernels::pool2d_*: max and average pooling over NCHW planes, one plane per task. Max records
+// the argmax as an offset inside its window; backward scatters into a zeroed grad_x, summing where
+// windows overlap (in fp32 for half types, rounded once at the end).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "backends/cpu/common.h"
+#include "backends/cpu/cpu_kernels.h"
+
+namespace demi::backend::cpu {
+namespace {
+
+enum Slot { kSlotPlane = 0 };
+
+struct PoolGeom {
+  int64_t planes, h, w, oh, ow;
+  int64_t kh, kw, sh, sw, ph, pw;
+};
+
+PoolGeom check_pool(const Pool2dArgs& a, const char* op) {
+  const TensorRef &x = a.input, &y = a.output;
+  DEMI_CHECK(x.shape.size() == 4, op, ": input must be [N, C, H, W], got ", x.shape);
+  DEMI_CHECK(a.kernel_h >= 1 && a.kernel_w >= 1 && a.stride_h >= 1 && a.stride_w >= 1, op,
+             ": need kernel >= 1 and stride >= 1, got kernel (", a.kernel_h, ", ", a.kernel_w, ") stride (",
+             a.stride_h, ", ", a.stride_w, ")");
+  // Also guarantees that every window holds at least one input element, as PyTorch requires.
+  DEMI_CHECK(a.pad_h >= 0 && a.pad_w >= 0 && 2 * a.pad_h <= a.kernel_h && 2 * a.pad_w <= a.kernel_w, op,
+             ": padding must be between 0 and half the kernel, got padding (", a.pad_h, ", ", a.pad_w,
+             ") for kernel (", a.kernel_h, ", ", a.kernel_w, ")");
+  DEMI_CHECK(x.dtype == y.dtype && is_floating(x.dtype), op, ": input and output must share a floating dtype, got ",
+             x.dtype, " and ", y.dtype);
+  PoolGeom g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], 0, 0, a.kernel_h, a.kernel_w,
+             a.stride_h, a.stride_w, a.pad_h, a.pad_w};
+  DEMI_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": kernel (", g.kh, ", ", g.kw,
+             ") is larger than the padded input ", x.shape);
+  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  const Shape expected{x.shape[0], x.shape[1], g.oh, g.ow};
+  DEMI_CHECK(y.shape == expected, op, ": output must be ", expected, " for input ", x.shape,
+             ", got ", y.shape);
+  DEMI_CHECK(x.numel() == 0 || (x.defined() && y.defined()), op, ": input or output is undefined");
+  if (a.kind == PoolKind::Max) {
+    const DType want = g.kh * g.kw <= 256 ? DType::U8 : DType::I64;
+    DEMI_CHECK(a.indices.dtype == want, op, ": max-pool indices for a ", g.kh, "x", g.kw, " window must be ", want,
+               ", got ", a.indices.dtype);
+    DEMI_CHECK(a.indices.shape == expected, op, ": indices must be ", expected, ", got ",
+               a.indices.shape);
+    DEMI_CHECK(y.numel() == 0 || a.indices.defined(), op, ": max pooling needs indices");
+  }
+  return g;
+}
+
+// Max over each window; NaN wins, as in PyTorch, so a NaN input is not silently dropped.
+template <typename T, typename I>
+void max_forward(const T* x, T* y, I* idx, const PoolGeom& g) {
+  using Acc = acc_t<T>;
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+      Acc best = -std::numeric_limits<Acc>::infinity();
+      int64_t arg = -1;
+      bool nan = false;
+      for (int64_t ky = std::max<int64_t>(0, -y0); ky < std::min(g.kh, g.h - y0) && !nan; ++ky) {
+        for (int64_t kx = std::max<int64_t>(0, -x0); kx < std::min(g.kw, g.w - x0) && !nan; ++kx) {
+          const Acc v = static_cast<Acc>(x[(y0 + ky) * g.w + x0 + kx]);
+          if (arg < 0 || v > best || std::isnan(v)) {
+            best = v;
+            arg = ky * g.kw + kx;
+            nan = std::isnan(v);
+          }
+        }
+      }
+      y[oy * g.ow + ox] = static_cast<T>(best);
+      idx[oy * g.ow + ox] = static_cast<I>(arg);
+    }
+  }
+}
+
+// Average with the padding counted in the divisor (count_include_pad=True).
+template <typename T>
+void avg_forward(const T* x, T* y, const PoolGeom& g) {
+  using Acc = acc_t<T>;
+  const Acc inv = Acc(1) / static_cast<Acc>(g.kh * g.kw);
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+      Acc sum = 0;
+      for (int64_t iy = std::max<int64_t>(0, y0); iy < std::min(y0 + g.kh, g.h); ++iy) {
+        for (int64_t ix = std::max<int64_t>(0, x0); ix < std::min(x0 + g.kw, g.w); ++ix) {
+          sum += static_cast<Acc>(x[iy * g.w + ix]);
+        }
+      }
+      y[oy * g.ow + ox] = static_cast<T>(sum * inv);
+    }
+  }
+}
+
+// Returns the flat output position of the first index that does not point inside the input (a
+// corrupt or foreign indices tensor), or -1; the caller throws outside the parallel region.
+template <typename I, typename Acc, typename T>
+int64_t max_backward(const T* gy, const I* idx, Acc* gx, const PoolGeom& g) {
+  const int64_t window = g.kh * g.kw;
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t k = static_cast<int64_t>(idx[oy * g.ow + ox]);
+      const int64_t iy = oy * g.sh - g.ph + k / g.kw, ix = ox * g.sw - g.pw + k % g.kw;
+      if (k < 0 || k >= window || iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return oy * g.ow + ox;
+      gx[iy * g.w + ix] += static_cast<Acc>(gy[oy * g.ow + ox]);
+    }
+  }
+  return -1;
+}
+
+template <typename Acc, typename T>
+void avg_backward(const T* gy, Acc* gx, const PoolGeom& g) {
+  const Acc inv = Acc(1) / static_cast<Acc>(g.kh * g.kw);
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+      const Acc v = static_cast<Acc>(gy[oy * g.ow + ox]) * inv;
+      for (int64_t iy = std::max<int64_t>(0, y0); iy < std::min(y0 + g.kh, g.h); ++iy) {
+        for (int64_t ix = std::max<int64_t>(0, x0); ix < std::min(x0 + g.kw, g.w); ++ix) gx[iy * g.w + ix] += v;
+      }
+    }
+  }
+}
+
+// Calls fn(I{}) with the indices' element type.
+template <typename Fn>
+void dispatch_indices(DType dtype, Fn&& fn) {
+  if (dtype == DType::U8) {
+    fn(uint8_t{});
+  } else {
+    fn(int64_t{});
+  }
+}
+
+}  // namespace
+
+void CpuKernels::pool2d_forward(const Pool2dArgs& args) {
+  const PoolGeom g = check_pool(args, "pool2d_forward");
+  const int64_t in_plane = g.h * g.w, out_plane = g.oh * g.ow;
+  dispatch_floating(args.input.dtype, "pool2d_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = args.input.as<T>();
+    T* y = args.output.as<T>();
+    if (args.kind == PoolKind::Avg) {
+      parallel_for(g.planes, in_plane + out_plane * g.kh * g.kw, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) avg_forward(x + p * in_plane, y + p * out_plane, g);
+      });
+      return;
+    }
+    dispatch_indices(args.indices.dtype, [&](auto itag) {
+      using I = decltype(itag);
+      I* idx = args.indices.as<I>();
+      parallel_for(g.planes, in_plane + out_plane * g.kh * g.kw, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) max_forward(x + p * in_plane, y + p * out_plane, idx + p * out_plane, g);
+      });
+    });
+  });
+}
+
+void CpuKernels::pool2d_backward(const Pool2dArgs& args) {
+  const PoolGeom g = check_pool(args, "pool2d_backward");
+  const int64_t in_plane = g.h * g.w, out_plane = g.oh * g.ow;
+  dispatch_floating(args.input.dtype, "pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = acc_t<T>;
+    const T* gy = args.output.as<T>();
+    T* gx = args.input.as<T>();
+    // Overlapping windows add several gradients into one element: sum a half plane in fp32 and
+    // round once, rather than rounding after every addition.
+    auto plane = [&](int64_t p, auto&& scatter) {
+      if constexpr (std::is_same_v<T, Acc>) {
+        std::fill(gx + p * in_plane, gx + (p + 1) * in_plane, T(0));
+        scatter(gx + p * in_plane);
+      } else {
+        Acc* acc = thread_scratch<Acc>(kSlotPlane, in_plane);
+        std::fill(acc, acc + in_plane, Acc(0));
+        scatter(acc);
+        convert_n(acc, gx + p * in_plane, in_plane);
+      }
+    };
+    const int64_t cost = in_plane + out_plane * (args.kind == PoolKind::Avg ? g.kh * g.kw : 1);
+    if (args.kind == PoolKind::Avg) {
+      parallel_for(g.planes, cost, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          plane(p, [&](Acc* dst) { avg_backward(gy + p * out_plane, dst, g); });
+        }
+      });
+      return;
+    }
+    std::atomic<int64_t> bad{-1};  // flat position in the output of a bad index
+    dispatch_indices(args.indices.dtype, [&](auto itag) {
+      using I = decltype(itag);
+      const I* idx = args.indices.as<I>();
+      parallel_for(g.planes, cost, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          plane(p, [&](Acc* dst) {
+            const int64_t at = max_backward(gy + p * out_plane, idx + p * out_plane, dst, g);
+            if (at >= 0) bad.store(p * out_plane + at);
+          });
+        }
+      });
+    });
+    const int64_t at = bad.load();
+    if (at >= 0) {
+      int64_t k = 0;
+      dispatch_indices(args.indices.dtype, [&](auto itag) { k = static_cast<int64_t>(args.indices.as<decltype(itag)>()[at]); });
+      DEMI_THROW("pool2d_backward: index ", k, " at output element ", at, " does not point inside its ", g.kh, "x",
+                 g.kw, " window of the input ", args.input.shape,
+                 "; pass the indices that pool2d_forward wrote for this input");
+    }
+  });
+}
+
+}  // namespace demi::backend::cpu

@@ -1,0 +1,163 @@
+// Google Benchmark timings of the CPU backend's GEMM and conv2d (backends/cpu), next to Eigen's own
+// GEMM with the same threads, at the sizes docs/BENCHMARKS.md reports (SmallCNN at batch 128).
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/kernels.h"
+
+namespace demi::backend {
+namespace {
+
+// A zero-initialised host buffer of `numel` elements of `dtype`, filled with small random values.
+struct Buffer {
+  DType dtype;
+  Shape shape;
+  std::vector<double> storage;
+
+  Buffer(DType t, Shape s) : dtype(t), shape(std::move(s)), storage((shape_numel(shape) * dtype_size(t) + 7) / 8 + 1) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    const int64_t n = shape_numel(shape);
+    void* p = storage.data();
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = dist(rng);
+      switch (dtype) {
+        case DType::F32: static_cast<float*>(p)[i] = v; break;
+        case DType::F16: static_cast<Half*>(p)[i] = Half(v); break;
+        case DType::BF16: static_cast<BFloat16*>(p)[i] = BFloat16(v); break;
+        default: static_cast<double*>(p)[i] = v; break;
+      }
+    }
+  }
+  TensorRef ref() { return TensorRef{storage.data(), shape, dtype}; }
+};
+
+// With --benchmark_repetitions, "min" of the time and "max" of GFLOP/s are the runs least disturbed
+// by other processes on a shared machine.
+double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
+void set_gflops(benchmark::State& state, double flops) {
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = omp_get_max_threads();
+}
+
+void BM_GemmDemi(benchmark::State& state, DType dtype) {
+  const int64_t n = state.range(0);
+  Buffer a(dtype, {n, n}), b(dtype, {n, n}), c(dtype, {n, n});
+  GemmArgs args;
+  args.a = a.ref(), args.b = b.ref(), args.c = c.ref();
+  args.m = args.n = args.k = n;
+  Kernels& k = kernels_for(Device::cpu());
+  for (auto _ : state) {
+    k.gemm(args);
+    benchmark::DoNotOptimize(c.storage.data());
+  }
+  set_gflops(state, 2.0 * n * n * n);
+}
+
+// Eigen alone: a plain column-major MatrixXf product, parallelised by Eigen's own OpenMP.
+void BM_GemmEigen(benchmark::State& state) {
+  const Eigen::Index n = state.range(0);
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
+  for (auto _ : state) {
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_gflops(state, 2.0 * n * n * n);
+  state.counters["eigen_threads"] = Eigen::nbThreads();
+}
+
+BENCHMARK(BM_GemmEigen)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemmDemi, f32, DType::F32)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemmDemi, f16, DType::F16)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemmDemi, bf16, DType::BF16)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+
+// SmallCNN's convolutions (3x3, padding 1, stride 1) at batch 128.
+struct ConvShape {
+  int64_t c, o, hw;
+};
+constexpr ConvShape kSmallCnn[] = {{3, 32, 32}, {32, 32, 32}, {32, 64, 16}, {64, 64, 16}, {64, 128, 8}};
+constexpr int64_t kBatch = 128;
+
+enum class Pass { Forward, BackwardData, BackwardWeight };
+
+struct ConvBuffers {
+  Buffer x, w, y, b;
+  Conv2dArgs args;
+  ConvBuffers(const ConvShape& s, DType dtype)
+      : x(dtype, {kBatch, s.c, s.hw, s.hw}), w(dtype, {s.o, s.c, 3, 3}), y(dtype, {kBatch, s.o, s.hw, s.hw}),
+        b(dtype, {s.o}) {
+    args.input = x.ref(), args.weight = w.ref(), args.output = y.ref(), args.bias = b.ref();
+    args.pad_h = args.pad_w = 1;
+  }
+  double flops() const { return 2.0 * kBatch * args.weight.numel() * args.output.shape[2] * args.output.shape[3]; }
+  void run(Kernels& k, Pass pass) {
+    switch (pass) {
+      case Pass::Forward: k.conv2d_forward(args); break;
+      case Pass::BackwardData: k.conv2d_backward_data(args); break;
+      case Pass::BackwardWeight: k.conv2d_backward_weight(args); break;
+    }
+  }
+};
+
+void BM_Conv(benchmark::State& state, DType dtype, Pass pass) {
+  ConvBuffers conv(kSmallCnn[state.range(0)], dtype);
+  Kernels& k = kernels_for(Device::cpu());
+  for (auto _ : state) {
+    conv.run(k, pass);
+    benchmark::ClobberMemory();
+  }
+  set_gflops(state, conv.flops());
+}
+
+// The whole SmallCNN: every layer, forward and both backward passes, per iteration.
+void BM_ConvSmallCnn(benchmark::State& state, DType dtype) {
+  std::vector<ConvBuffers> layers;
+  layers.reserve(std::size(kSmallCnn));
+  double flops = 0;
+  for (const ConvShape& s : kSmallCnn) {
+    layers.emplace_back(s, dtype);
+    flops += 3 * layers.back().flops();
+  }
+  Kernels& k = kernels_for(Device::cpu());
+  for (auto _ : state) {
+    for (ConvBuffers& l : layers) {
+      l.run(k, Pass::Forward);
+      l.run(k, Pass::BackwardData);
+      l.run(k, Pass::BackwardWeight);
+    }
+    benchmark::ClobberMemory();
+  }
+  set_gflops(state, flops);
+}
+
+void conv_args(benchmark::internal::Benchmark* b) {
+  b->ArgName("layer")->DenseRange(0, std::size(kSmallCnn) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK_CAPTURE(BM_Conv, f32_forward, DType::F32, Pass::Forward)->Apply(conv_args);
+BENCHMARK_CAPTURE(BM_Conv, f32_backward_data, DType::F32, Pass::BackwardData)->Apply(conv_args);
+BENCHMARK_CAPTURE(BM_Conv, f32_backward_weight, DType::F32, Pass::BackwardWeight)->Apply(conv_args);
+BENCHMARK_CAPTURE(BM_Conv, f16_forward, DType::F16, Pass::Forward)->Apply(conv_args);
+BENCHMARK_CAPTURE(BM_Conv, f16_backward_data, DType::F16, Pass::BackwardData)->Apply(conv_args);
+BENCHMARK_CAPTURE(BM_Conv, f16_backward_weight, DType::F16, Pass::BackwardWeight)->Apply(conv_args);
+BENCHMARK_CAPTURE(BM_Conv, bf16_forward, DType::BF16, Pass::Forward)->Apply(conv_args);
+BENCHMARK_CAPTURE(BM_Conv, bf16_backward_data, DType::BF16, Pass::BackwardData)->Apply(conv_args);
+BENCHMARK_CAPTURE(BM_Conv, bf16_backward_weight, DType::BF16, Pass::BackwardWeight)->Apply(conv_args);
+BENCHMARK_CAPTURE(BM_ConvSmallCnn, f32, DType::F32)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ConvSmallCnn, f16, DType::F16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ConvSmallCnn, bf16, DType::BF16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace demi::backend
+
+BENCHMARK_MAIN();

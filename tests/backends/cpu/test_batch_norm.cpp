@@ -1,0 +1,237 @@
+// Pins CpuKernels::batch_norm_forward / batch_norm_backward (backends/cpu/batch_norm.cpp) to naive
+// fp64 formulas: training and eval statistics, running-stat updates, optional affine, all dtypes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/kernels.h"
+
+namespace demi::backend {
+namespace {
+
+// Host storage of any floating dtype, written and read as double (exactly, for values the dtype
+// holds), so that references are computed from the very values the kernel sees.
+struct Buffer {
+  DType dtype;
+  Shape shape;
+  std::vector<double> storage;  // 8-byte aligned bytes for any element type
+
+  Buffer(DType t, Shape s) : dtype(t), shape(std::move(s)), storage((shape_numel(shape) * dtype_size(t) + 7) / 8 + 1) {}
+  int64_t numel() const { return shape_numel(shape); }
+  TensorRef ref() { return TensorRef{storage.data(), shape, dtype}; }
+  void set(int64_t i, double v) {
+    void* p = storage.data();
+    switch (dtype) {
+      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+      case DType::F64: static_cast<double*>(p)[i] = v; break;
+      case DType::F16: static_cast<Half*>(p)[i] = Half(static_cast<float>(v)); break;
+      case DType::BF16: static_cast<BFloat16*>(p)[i] = BFloat16(static_cast<float>(v)); break;
+      default: FAIL() << "unexpected dtype " << dtype;
+    }
+  }
+  double get(int64_t i) const {
+    const void* p = storage.data();
+    switch (dtype) {
+      case DType::F32: return static_cast<const float*>(p)[i];
+      case DType::F64: return static_cast<const double*>(p)[i];
+      case DType::F16: return static_cast<const Half*>(p)[i];
+      case DType::BF16: return static_cast<const BFloat16*>(p)[i];
+      default: ADD_FAILURE() << "unexpected dtype " << dtype; return 0;
+    }
+  }
+  void fill_random(std::mt19937& rng, double mean, double spread) {
+    std::uniform_real_distribution<double> dist(mean - spread, mean + spread);
+    for (int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
+  }
+  void fill(double v) {
+    for (int64_t i = 0; i < numel(); ++i) set(i, v);
+  }
+};
+
+// atol + rtol * |ref| with rtol the dtype's epsilon (one rounding is half of it); fp32 results
+// carry a few fp32 roundings.
+void expect_close(const Buffer& got, const std::vector<double>& ref, const char* what) {
+  double rtol = got.dtype == DType::F64 ? 1e-12 : 1e-5;
+  if (got.dtype == DType::F16) rtol = std::ldexp(1.0, -10);
+  if (got.dtype == DType::BF16) rtol = std::ldexp(1.0, -7);
+  const double atol = got.dtype == DType::F64 ? 1e-12 : 1e-5;
+  int failures = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double bound = atol + rtol * std::fabs(ref[i]);
+    if (!(std::fabs(got.get(i) - ref[i]) <= bound) && failures++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "] = " << got.get(i) << ", expected " << ref[i] << " (bound " << bound
+                    << ")";
+    }
+  }
+  EXPECT_EQ(failures, 0) << what;
+}
+
+struct Case {
+  const char* name;
+  Shape shape;
+  bool affine;
+  double mean, spread;  // of the input values
+};
+
+const Case kCases[] = {
+    {"nc", {16, 5}, true, 0.5, 2.0},
+    {"nc_no_affine", {7, 3}, false, -1.0, 1.0},
+    {"nchw", {4, 3, 5, 6}, true, 0.0, 1.0},
+    {"nchw_batch1", {1, 4, 3, 3}, true, 2.0, 0.5},
+    {"nchw_two_values", {2, 2, 1, 1}, false, 0.0, 1.0},
+    {"nchw_large_mean", {8, 3, 6, 5}, true, 1000.0, 1.0},
+    {"nchw_many_channels", {3, 40, 4, 4}, true, 0.0, 3.0},
+};
+
+std::string describe(const Case& c, DType dtype) {
+  std::ostringstream out;
+  out << c.name << " dtype=" << dtype << " shape=" << c.shape << " affine=" << c.affine;
+  return out.str();
+}
+
+void run_case(const Case& cs, DType dtype) {
+  SCOPED_TRACE(describe(cs, dtype));
+  const DType sd = dtype == DType::F64 ? DType::F64 : DType::F32;
+  const int64_t n = cs.shape[0], c = cs.shape[1], hw = cs.shape.size() == 4 ? cs.shape[2] * cs.shape[3] : 1;
+  const double count = static_cast<double>(n * hw), eps = 1e-5, momentum = 0.1;
+  auto at = [&](int64_t ni, int64_t ci, int64_t i) { return (ni * c + ci) * hw + i; };
+  std::mt19937 rng(5);
+  Buffer x(dtype, cs.shape), y(dtype, cs.shape), gy(dtype, cs.shape), gx(dtype, cs.shape);
+  Buffer w(sd, {c}), b(sd, {c}), rm(sd, {c}), rv(sd, {c}), save_mean(sd, {c}), save_invstd(sd, {c});
+  Buffer gw(sd, {c}), gb(sd, {c});
+  x.fill_random(rng, cs.mean, cs.spread), gy.fill_random(rng, 0.0, 1.0);
+  w.fill_random(rng, 1.0, 0.5), b.fill_random(rng, 0.0, 0.5);
+  rm.fill_random(rng, 0.0, 0.5), rv.fill_random(rng, 1.0, 0.5);
+  std::vector<double> rm0(c), rv0(c);
+  for (int64_t i = 0; i < c; ++i) rm0[i] = rm.get(i), rv0[i] = rv.get(i);
+
+  // Statistics in long double, so that the fp64 kernel is checked against something better than
+  // itself (a mean of 1000 summed in double is off by ~1e-12).
+  std::vector<double> mean(c), var(c), invstd(c);
+  for (int64_t ci = 0; ci < c; ++ci) {
+    long double s = 0, sq = 0;
+    for (int64_t ni = 0; ni < n; ++ni)
+      for (int64_t i = 0; i < hw; ++i) s += x.get(at(ni, ci, i));
+    const long double m = s / count;
+    mean[ci] = static_cast<double>(m);
+    for (int64_t ni = 0; ni < n; ++ni)
+      for (int64_t i = 0; i < hw; ++i) sq += (x.get(at(ni, ci, i)) - m) * (x.get(at(ni, ci, i)) - m);
+    var[ci] = static_cast<double>(sq / count);
+    invstd[ci] = 1 / std::sqrt(var[ci] + eps);
+  }
+  auto affine = [&](int64_t ci, double xhat) {
+    return cs.affine ? xhat * w.get(ci) + b.get(ci) : xhat;
+  };
+
+  BatchNormArgs args;
+  args.input = x.ref(), args.output = y.ref();
+  if (cs.affine) args.weight = w.ref(), args.bias = b.ref();
+  args.running_mean = rm.ref(), args.running_var = rv.ref();
+  args.save_mean = save_mean.ref(), args.save_invstd = save_invstd.ref();
+  args.momentum = momentum, args.eps = eps;
+  Kernels& k = kernels_for(Device::cpu());
+
+  {  // training forward
+    SCOPED_TRACE("train forward");
+    std::vector<double> ref_y(x.numel()), ref_rm(c), ref_rv(c);
+    for (int64_t ni = 0; ni < n; ++ni)
+      for (int64_t ci = 0; ci < c; ++ci)
+        for (int64_t i = 0; i < hw; ++i) {
+          const long double d = x.get(at(ni, ci, i)) - static_cast<long double>(mean[ci]);
+          ref_y[at(ni, ci, i)] = affine(ci, static_cast<double>(d * invstd[ci]));
+        }
+    for (int64_t ci = 0; ci < c; ++ci) {
+      ref_rm[ci] = (1 - momentum) * rm0[ci] + momentum * mean[ci];
+      ref_rv[ci] = (1 - momentum) * rv0[ci] + momentum * var[ci] * count / (count - 1);
+    }
+    k.batch_norm_forward(args);
+    expect_close(y, ref_y, "y");
+    expect_close(save_mean, mean, "save_mean");
+    expect_close(save_invstd, invstd, "save_invstd");
+    expect_close(rm, ref_rm, "running_mean");
+    expect_close(rv, ref_rv, "running_var");
+  }
+  {  // eval forward, with the running statistics just written
+    SCOPED_TRACE("eval forward");
+    std::vector<double> ref_y(x.numel());
+    for (int64_t ni = 0; ni < n; ++ni)
+      for (int64_t ci = 0; ci < c; ++ci)
+        for (int64_t i = 0; i < hw; ++i)
+          ref_y[at(ni, ci, i)] = affine(ci, (x.get(at(ni, ci, i)) - rm.get(ci)) / std::sqrt(rv.get(ci) + eps));
+    y.fill(NAN);
+    args.mode = BatchNormMode::Eval;
+    k.batch_norm_forward(args);
+    expect_close(y, ref_y, "y");
+  }
+  {  // backward from the saved statistics, exactly as stored
+    SCOPED_TRACE("backward");
+    std::vector<double> ref_gx(x.numel()), ref_gw(c), ref_gb(c);
+    for (int64_t ci = 0; ci < c; ++ci) {
+      const double m = save_mean.get(ci), is = save_invstd.get(ci), wc = cs.affine ? w.get(ci) : 1.0;
+      double sg = 0, sgx = 0;
+      for (int64_t ni = 0; ni < n; ++ni)
+        for (int64_t i = 0; i < hw; ++i) {
+          sg += gy.get(at(ni, ci, i));
+          sgx += gy.get(at(ni, ci, i)) * (x.get(at(ni, ci, i)) - m) * is;
+        }
+      ref_gw[ci] = sgx, ref_gb[ci] = sg;
+      for (int64_t ni = 0; ni < n; ++ni)
+        for (int64_t i = 0; i < hw; ++i) {
+          const double xhat = (x.get(at(ni, ci, i)) - m) * is;
+          ref_gx[at(ni, ci, i)] = is * wc * (gy.get(at(ni, ci, i)) - sg / count - xhat * sgx / count);
+        }
+    }
+    gx.fill(NAN), gw.fill(NAN), gb.fill(NAN);
+    BatchNormArgs bw;
+    bw.input = x.ref(), bw.grad_output = gy.ref(), bw.grad_input = gx.ref();
+    if (cs.affine) bw.weight = w.ref();
+    bw.save_mean = save_mean.ref(), bw.save_invstd = save_invstd.ref();
+    bw.grad_weight = gw.ref(), bw.grad_bias = gb.ref();
+    k.batch_norm_backward(bw);
+    expect_close(gx, ref_gx, "grad_x");
+    expect_close(gw, ref_gw, "grad_weight");
+    expect_close(gb, ref_gb, "grad_bias");
+    // Each output is optional: grad_x alone leaves the parameter gradients untouched.
+    gw.fill(7);
+    bw.grad_weight = TensorRef{}, bw.grad_bias = TensorRef{};
+    k.batch_norm_backward(bw);
+    expect_close(gx, ref_gx, "grad_x alone");
+    EXPECT_EQ(gw.get(0), 7.0);
+  }
+}
+
+class BatchNormParity : public ::testing::TestWithParam<DType> {};
+
+TEST_P(BatchNormParity, MatchesFp64Reference) {
+  for (const Case& c : kCases) run_case(c, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, BatchNormParity, ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+TEST(BatchNorm, RejectsBadArguments) {
+  Kernels& k = kernels_for(Device::cpu());
+  Buffer x(DType::F16, {4, 3, 2, 2}), y(DType::F16, {4, 3, 2, 2}), w16(DType::F16, {3}), w4(DType::F32, {4});
+  Buffer x3(DType::F32, {4, 3, 2}), one(DType::F32, {1, 3}), y1(DType::F32, {1, 3});
+  BatchNormArgs args;
+  args.input = x.ref(), args.output = y.ref();
+  EXPECT_NO_THROW(k.batch_norm_forward(args));
+  args.weight = w16.ref();
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // parameters stay fp32 for half input
+  args.weight = w4.ref();
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // not [C]
+  args.weight = TensorRef{};
+  args.input = x3.ref();
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // rank 3
+  args.input = one.ref(), args.output = y1.ref();
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // one value per channel in training
+  args.mode = BatchNormMode::Eval;
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // eval without running statistics
+}
+
+}  // namespace
+}  // namespace demi::backend

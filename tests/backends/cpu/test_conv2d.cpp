@@ -1,0 +1,218 @@
+// Pins CpuKernels::conv2d_forward / backward_data / backward_weight (backends/cpu/conv2d.cpp) to
+// naive fp64 loops over a table of shapes (kernels 1..7, strides, padding, batch 1) in every dtype.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/kernels.h"
+
+namespace demi::backend {
+namespace {
+
+// Host storage of any floating dtype, written and read as double (exactly, for values the dtype
+// holds), so that references are computed from the very values the kernel sees.
+struct Buffer {
+  DType dtype;
+  Shape shape;
+  std::vector<double> storage;  // 8-byte aligned bytes for any element type
+
+  Buffer(DType t, Shape s) : dtype(t), shape(std::move(s)), storage((shape_numel(shape) * dtype_size(t) + 7) / 8 + 1) {}
+  int64_t numel() const { return shape_numel(shape); }
+  TensorRef ref() { return TensorRef{storage.data(), shape, dtype}; }
+  void set(int64_t i, double v) {
+    void* p = storage.data();
+    switch (dtype) {
+      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+      case DType::F64: static_cast<double*>(p)[i] = v; break;
+      case DType::F16: static_cast<Half*>(p)[i] = Half(static_cast<float>(v)); break;
+      case DType::BF16: static_cast<BFloat16*>(p)[i] = BFloat16(static_cast<float>(v)); break;
+      default: FAIL() << "unexpected dtype " << dtype;
+    }
+  }
+  double get(int64_t i) const {
+    const void* p = storage.data();
+    switch (dtype) {
+      case DType::F32: return static_cast<const float*>(p)[i];
+      case DType::F64: return static_cast<const double*>(p)[i];
+      case DType::F16: return static_cast<const Half*>(p)[i];
+      case DType::BF16: return static_cast<const BFloat16*>(p)[i];
+      default: ADD_FAILURE() << "unexpected dtype " << dtype; return 0;
+    }
+  }
+  void fill_random(std::mt19937& rng) {
+    std::uniform_real_distribution<double> dist(-1, 1);
+    for (int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
+  }
+  void fill(double v) {
+    for (int64_t i = 0; i < numel(); ++i) set(i, v);
+  }
+};
+
+// atol + rtol * |ref|: rtol is the output dtype's epsilon (one rounding is half of it); the fp32
+// or fp64 accumulation error grows like sqrt(terms).
+bool close(double got, double ref, DType dtype, int64_t terms, double* bound) {
+  const double s = std::sqrt(static_cast<double>(std::max<int64_t>(terms, 1)));
+  double atol = dtype == DType::F64 ? 1e-13 * s : 1e-6 * s;
+  double rtol = dtype == DType::F64 ? 1e-12 : 1e-5;
+  if (dtype == DType::F16) rtol = std::ldexp(1.0, -10);
+  if (dtype == DType::BF16) rtol = std::ldexp(1.0, -7);
+  *bound = atol + rtol * std::fabs(ref);
+  return std::fabs(got - ref) <= *bound;
+}
+
+// Compares got against ref element by element; reports the first few mismatches.
+void expect_close(const Buffer& got, const std::vector<double>& ref, int64_t terms, const char* what) {
+  int failures = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double bound;
+    if (!close(got.get(i), ref[i], got.dtype, terms, &bound) && failures++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "] = " << got.get(i) << ", expected " << ref[i] << " (bound " << bound
+                    << ")";
+    }
+  }
+  EXPECT_EQ(failures, 0) << what;
+}
+
+struct Case {
+  const char* name;
+  int64_t n, c, h, w, o, kh, kw;
+  int sh, sw, ph, pw;
+  bool bias;
+};
+
+const Case kCases[] = {
+    // name                n  c   h   w   o  kh kw sh sw ph pw bias
+    {"k3_pad1", 2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, true},
+    {"batch1_non_square", 1, 5, 7, 11, 6, 3, 5, 1, 1, 1, 2, true},
+    {"k1_pointwise", 3, 8, 6, 5, 7, 1, 1, 1, 1, 0, 0, true},
+    {"k1_stride2", 2, 4, 9, 9, 3, 1, 1, 2, 2, 0, 0, false},
+    {"k5_stride2_pad2", 3, 3, 13, 10, 5, 5, 5, 2, 2, 2, 2, true},
+    {"k7_stride2_pad3", 2, 3, 16, 16, 8, 7, 7, 2, 2, 3, 3, false},
+    {"stride_h_only", 2, 2, 10, 9, 3, 3, 3, 2, 1, 0, 1, true},
+    {"no_pad_batch4", 4, 6, 12, 12, 16, 3, 3, 1, 1, 0, 0, true},
+    {"stride3_big_pad", 2, 2, 5, 5, 2, 3, 3, 3, 3, 2, 2, true},
+    {"many_channels", 2, 64, 8, 8, 32, 3, 3, 1, 1, 1, 1, true},
+    {"kernel_equals_input", 3, 2, 4, 4, 5, 4, 4, 1, 1, 0, 0, true},
+    {"many_row_chunks_k5", 2, 48, 20, 20, 8, 5, 5, 1, 1, 2, 2, true},
+    {"row_chunks_stride2", 2, 48, 21, 19, 6, 3, 3, 2, 2, 1, 1, false},
+};
+
+std::string describe(const Case& c, DType dtype) {
+  std::ostringstream out;
+  out << c.name << " dtype=" << dtype << " x=[" << c.n << "," << c.c << "," << c.h << "," << c.w << "] w=[" << c.o
+      << "," << c.c << "," << c.kh << "," << c.kw << "] stride=(" << c.sh << "," << c.sw << ") pad=(" << c.ph << ","
+      << c.pw << ")";
+  return out.str();
+}
+
+void run_case(const Case& cs, DType dtype) {
+  SCOPED_TRACE(describe(cs, dtype));
+  const int64_t oh = (cs.h + 2 * cs.ph - cs.kh) / cs.sh + 1, ow = (cs.w + 2 * cs.pw - cs.kw) / cs.sw + 1;
+  std::mt19937 rng(42);
+  Buffer x(dtype, {cs.n, cs.c, cs.h, cs.w}), w(dtype, {cs.o, cs.c, cs.kh, cs.kw}), b(dtype, {cs.o});
+  Buffer y(dtype, {cs.n, cs.o, oh, ow}), gy(dtype, {cs.n, cs.o, oh, ow});
+  x.fill_random(rng), w.fill_random(rng), b.fill_random(rng), gy.fill_random(rng);
+
+  // Visits every (input element, weight element, output element) triple the convolution links.
+  auto for_each_tap = [&](auto&& fn) {
+    for (int64_t n = 0; n < cs.n; ++n)
+      for (int64_t o = 0; o < cs.o; ++o)
+        for (int64_t oy = 0; oy < oh; ++oy)
+          for (int64_t ox = 0; ox < ow; ++ox)
+            for (int64_t c = 0; c < cs.c; ++c)
+              for (int64_t ky = 0; ky < cs.kh; ++ky)
+                for (int64_t kx = 0; kx < cs.kw; ++kx) {
+                  const int64_t iy = oy * cs.sh - cs.ph + ky, ix = ox * cs.sw - cs.pw + kx;
+                  if (iy < 0 || iy >= cs.h || ix < 0 || ix >= cs.w) continue;
+                  fn(((n * cs.c + c) * cs.h + iy) * cs.w + ix, ((o * cs.c + c) * cs.kh + ky) * cs.kw + kx,
+                     ((n * cs.o + o) * oh + oy) * ow + ox);
+                }
+  };
+  Kernels& k = kernels_for(Device::cpu());
+  Conv2dArgs args;
+  args.stride_h = cs.sh, args.stride_w = cs.sw, args.pad_h = cs.ph, args.pad_w = cs.pw;
+
+  {  // forward
+    std::vector<double> ref(y.numel(), 0.0);
+    for (int64_t i = 0; i < y.numel(); ++i) ref[i] = cs.bias ? b.get(i / (oh * ow) % cs.o) : 0.0;
+    for_each_tap([&](int64_t xi, int64_t wi, int64_t yi) { ref[yi] += x.get(xi) * w.get(wi); });
+    y.fill(NAN);  // the kernel must write every element
+    args.input = x.ref(), args.weight = w.ref(), args.output = y.ref();
+    args.bias = cs.bias ? b.ref() : TensorRef{};
+    k.conv2d_forward(args);
+    expect_close(y, ref, cs.c * cs.kh * cs.kw, "forward y");
+  }
+  {  // backward_data
+    Buffer gx(dtype, x.shape);
+    gx.fill(NAN);
+    std::vector<double> ref(gx.numel(), 0.0);
+    for_each_tap([&](int64_t xi, int64_t wi, int64_t yi) { ref[xi] += gy.get(yi) * w.get(wi); });
+    args.input = gx.ref(), args.weight = w.ref(), args.output = gy.ref(), args.bias = TensorRef{};
+    k.conv2d_backward_data(args);
+    expect_close(gx, ref, cs.o * cs.kh * cs.kw, "grad_x");
+  }
+  {  // backward_weight
+    Buffer gw(dtype, w.shape), gb(dtype, {cs.o});
+    gw.fill(NAN), gb.fill(NAN);
+    std::vector<double> ref(gw.numel(), 0.0), ref_b(cs.o, 0.0);
+    for_each_tap([&](int64_t xi, int64_t wi, int64_t yi) { ref[wi] += gy.get(yi) * x.get(xi); });
+    for (int64_t i = 0; i < gy.numel(); ++i) ref_b[i / (oh * ow) % cs.o] += gy.get(i);
+    args.input = x.ref(), args.weight = gw.ref(), args.output = gy.ref();
+    args.bias = cs.bias ? gb.ref() : TensorRef{};
+    k.conv2d_backward_weight(args);
+    expect_close(gw, ref, cs.n * oh * ow, "grad_w");
+    if (cs.bias) expect_close(gb, ref_b, cs.n * oh * ow, "grad_b");
+  }
+}
+
+class Conv2dParity : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Conv2dParity, MatchesFp64Reference) {
+  for (const Case& c : kCases) run_case(c, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Conv2dParity, ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Conv2dHalf, BiasAddedBeforeTheOneRounding) {
+  // 1x1 conv over 2 channels: 2^-11 + 2^-22 plus bias 1 is just above the tie between 1 and
+  // 1 + 2^-10, so rounding once gives 1 + 2^-10; rounding the product first would give 1.
+  Buffer x(DType::F16, {1, 2, 1, 1}), w(DType::F16, {1, 2, 1, 1}), b(DType::F16, {1}), y(DType::F16, {1, 1, 1, 1});
+  x.set(0, std::ldexp(1.0, -11)), x.set(1, std::ldexp(1.0, -22));
+  w.fill(1.0), b.fill(1.0);
+  Conv2dArgs args;
+  args.input = x.ref(), args.weight = w.ref(), args.output = y.ref(), args.bias = b.ref();
+  kernels_for(Device::cpu()).conv2d_forward(args);
+  EXPECT_EQ(y.get(0), 1.0 + std::ldexp(1.0, -10));
+}
+
+TEST(Conv2dHalf, OverflowBecomesInf) {
+  Buffer x(DType::F16, {1, 1, 1, 1}), w(DType::F16, {1, 1, 1, 1}), y(DType::F16, {1, 1, 1, 1});
+  x.fill(256), w.fill(256);
+  Conv2dArgs args;
+  args.input = x.ref(), args.weight = w.ref(), args.output = y.ref();
+  kernels_for(Device::cpu()).conv2d_forward(args);
+  EXPECT_EQ(y.get(0), INFINITY);
+}
+
+TEST(Conv2d, RejectsBadShapes) {
+  Kernels& k = kernels_for(Device::cpu());
+  Buffer x(DType::F32, {2, 3, 8, 8}), w(DType::F32, {4, 3, 3, 3}), y(DType::F32, {2, 4, 6, 6});
+  Buffer w_bad(DType::F32, {4, 2, 3, 3}), y_bad(DType::F32, {2, 4, 8, 8}), x16(DType::F16, {2, 3, 8, 8});
+  Conv2dArgs args;
+  args.input = x.ref(), args.weight = w.ref(), args.output = y.ref();
+  EXPECT_NO_THROW(k.conv2d_forward(args));
+  args.weight = w_bad.ref();
+  EXPECT_THROW(k.conv2d_forward(args), Error);  // channel mismatch
+  args.weight = w.ref(), args.output = y_bad.ref();
+  EXPECT_THROW(k.conv2d_forward(args), Error);  // output extent does not follow from the padding
+  args.output = y.ref(), args.input = x16.ref();
+  EXPECT_THROW(k.conv2d_backward_weight(args), Error);  // mixed dtypes
+}
+
+}  // namespace
+}  // namespace demi::backend

@@ -1,0 +1,242 @@
+// Pins CpuKernels::gemm (backends/cpu/gemm.cpp) to a naive fp64 loop over a table of shapes,
+// transposes, batches and dtypes, and checks the half contract: fp32 accumulation, one rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/kernels.h"
+
+namespace demi::backend {
+namespace {
+
+// Host storage of any floating dtype, written and read as double (exactly, for values the dtype
+// holds), so that references are computed from the very values the kernel sees.
+struct Buffer {
+  DType dtype;
+  Shape shape;
+  std::vector<double> storage;  // 8-byte aligned bytes for any element type
+
+  Buffer(DType t, Shape s) : dtype(t), shape(std::move(s)), storage((shape_numel(shape) * dtype_size(t) + 7) / 8 + 1) {}
+  int64_t numel() const { return shape_numel(shape); }
+  TensorRef ref() { return TensorRef{storage.data(), shape, dtype}; }
+  void set(int64_t i, double v) {
+    void* p = storage.data();
+    switch (dtype) {
+      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+      case DType::F64: static_cast<double*>(p)[i] = v; break;
+      case DType::F16: static_cast<Half*>(p)[i] = Half(static_cast<float>(v)); break;
+      case DType::BF16: static_cast<BFloat16*>(p)[i] = BFloat16(static_cast<float>(v)); break;
+      default: FAIL() << "unexpected dtype " << dtype;
+    }
+  }
+  double get(int64_t i) const {
+    const void* p = storage.data();
+    switch (dtype) {
+      case DType::F32: return static_cast<const float*>(p)[i];
+      case DType::F64: return static_cast<const double*>(p)[i];
+      case DType::F16: return static_cast<const Half*>(p)[i];
+      case DType::BF16: return static_cast<const BFloat16*>(p)[i];
+      default: ADD_FAILURE() << "unexpected dtype " << dtype; return 0;
+    }
+  }
+  void fill_random(std::mt19937& rng, double lo = -1, double hi = 1) {
+    std::uniform_real_distribution<double> dist(lo, hi);
+    for (int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
+  }
+};
+
+// atol + rtol * |ref|: rtol is the output dtype's epsilon (one rounding is half of it) and the
+// compute type's error grows like sqrt(k) for a k-term dot product.
+struct Tolerance {
+  double atol, rtol;
+};
+Tolerance tolerance(DType in, DType out, int64_t k) {
+  const double s = std::sqrt(static_cast<double>(std::max<int64_t>(k, 1)));
+  const bool f64 = in == DType::F64 || out == DType::F64;
+  Tolerance t{f64 ? 1e-13 * s : 1e-6 * s, f64 ? 1e-12 : 1e-5};
+  if (out == DType::F16) t.rtol = std::ldexp(1.0, -10);
+  if (out == DType::BF16) t.rtol = std::ldexp(1.0, -7);
+  return t;
+}
+
+struct Case {
+  const char* name;
+  int64_t m, n, k, batch;
+  bool trans_a, trans_b, shared_a, shared_b, bias;
+  double alpha, beta;
+  bool wide_c;  // C in fp32 while A and B are half (the tensor-core output)
+};
+
+std::string describe(const Case& c, DType dtype) {
+  std::ostringstream out;
+  out << c.name << " dtype=" << dtype << " m=" << c.m << " n=" << c.n << " k=" << c.k << " batch=" << c.batch
+      << " trans_a=" << c.trans_a << " trans_b=" << c.trans_b << " alpha=" << c.alpha << " beta=" << c.beta;
+  return out.str();
+}
+
+void run_case(const Case& cs, DType dtype) {
+  SCOPED_TRACE(describe(cs, dtype));
+  std::mt19937 rng(1234);
+  const DType c_dtype = cs.wide_c && is_half(dtype) ? DType::F32 : dtype;
+  const int64_t mk = cs.m * cs.k, kn = cs.k * cs.n, mn = cs.m * cs.n;
+  const int64_t na = cs.shared_a ? 1 : cs.batch, nb = cs.shared_b ? 1 : cs.batch;
+  Buffer a(dtype, {na, mk}), b(dtype, {nb, kn}), c(c_dtype, {cs.batch, mn}), bias(dtype, {cs.n});
+  a.fill_random(rng);
+  b.fill_random(rng);
+  c.fill_random(rng);
+  bias.fill_random(rng);
+  std::vector<double> c_old(c.numel());
+  for (int64_t i = 0; i < c.numel(); ++i) c_old[i] = c.get(i);
+
+  GemmArgs args;
+  args.a = a.ref();
+  args.b = b.ref();
+  args.c = c.ref();
+  if (cs.bias) args.bias = bias.ref();
+  args.trans_a = cs.trans_a ? Transpose::Yes : Transpose::No;
+  args.trans_b = cs.trans_b ? Transpose::Yes : Transpose::No;
+  args.m = cs.m, args.n = cs.n, args.k = cs.k, args.batch = cs.batch;
+  args.stride_a = cs.shared_a ? 0 : mk;
+  args.stride_b = cs.shared_b ? 0 : kn;
+  args.stride_c = mn;
+  args.alpha = cs.alpha, args.beta = cs.beta;
+  kernels_for(Device::cpu()).gemm(args);
+
+  const Tolerance tol = tolerance(dtype, c_dtype, cs.k);
+  int failures = 0;
+  for (int64_t bi = 0; bi < cs.batch; ++bi) {
+    const int64_t oa = cs.shared_a ? 0 : bi * mk, ob = cs.shared_b ? 0 : bi * kn;
+    for (int64_t i = 0; i < cs.m; ++i) {
+      for (int64_t j = 0; j < cs.n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < cs.k; ++p) {
+          const double av = a.get(oa + (cs.trans_a ? p * cs.m + i : i * cs.k + p));
+          const double bv = b.get(ob + (cs.trans_b ? j * cs.k + p : p * cs.n + j));
+          sum += av * bv;
+        }
+        const int64_t ci = bi * mn + i * cs.n + j;
+        double ref = cs.alpha * sum + (cs.beta != 0 ? cs.beta * c_old[ci] : 0.0);
+        if (cs.bias) ref += bias.get(j);
+        const double got = c.get(ci);
+        if (!(std::fabs(got - ref) <= tol.atol + tol.rtol * std::fabs(ref)) && failures++ < 5) {
+          ADD_FAILURE() << "C[" << bi << "][" << i << "][" << j << "] = " << got << ", expected " << ref
+                        << " (atol " << tol.atol << ", rtol " << tol.rtol << ")";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+const Case kCases[] = {
+    // name              m    n    k   batch ta     tb     sh_a   sh_b   bias   alpha beta wide
+    {"square", 64, 64, 64, 1, false, false, false, false, false, 1.0, 0.0, false},
+    {"non_square", 37, 53, 29, 1, false, false, false, false, false, 1.0, 0.0, false},
+    {"trans_a", 31, 47, 61, 1, true, false, false, false, false, 1.0, 0.0, false},
+    {"trans_b", 31, 47, 61, 1, false, true, false, false, false, 1.0, 0.0, false},
+    {"trans_both", 31, 47, 61, 1, true, true, false, false, false, 1.0, 0.0, false},
+    {"bias_alpha_beta", 17, 33, 40, 1, false, true, false, false, true, 0.5, 0.75, false},
+    {"beta_one", 9, 10, 11, 1, false, false, false, false, false, 2.0, 1.0, false},
+    {"vector", 1, 1, 300, 1, false, false, false, false, true, 1.0, 0.0, false},
+    {"k_one", 20, 30, 1, 1, false, false, false, false, false, 1.0, 0.0, false},
+    {"k_zero_bias", 4, 5, 0, 1, false, false, false, false, true, 1.0, 0.5, false},
+    {"large", 200, 190, 210, 1, false, false, false, false, true, 1.0, 0.0, false},
+    {"batch", 12, 14, 16, 5, false, false, false, false, false, 1.0, 0.0, false},
+    {"batch_many_trans", 8, 9, 10, 19, true, true, false, false, true, 1.0, 0.5, false},
+    {"batch_shared_b", 16, 24, 20, 6, false, true, false, true, true, 1.0, 0.0, false},
+    {"batch_shared_a", 16, 24, 20, 3, true, false, true, false, false, 1.0, 0.0, false},
+    {"batch_large", 96, 100, 110, 2, false, false, false, false, false, 1.0, 0.0, false},
+    {"wide_c", 33, 45, 70, 1, false, true, false, false, true, 1.0, 0.0, true},
+    {"wide_c_batch_beta", 10, 12, 14, 4, true, false, false, true, false, 1.0, 1.0, true},
+};
+
+class GemmParity : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GemmParity, MatchesFp64Reference) {
+  for (const Case& c : kCases) run_case(c, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GemmParity, ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+// Small helper for the exact tests: C = A @ B with 1-row A and 1-column B, beta * C_old added.
+double dot_half(DType dtype, const std::vector<double>& a, const std::vector<double>& b, double c_old = 0,
+                double beta = 0) {
+  const int64_t k = static_cast<int64_t>(a.size());
+  Buffer ab(dtype, {1, k}), bb(dtype, {k, 1}), cb(dtype, {1, 1});
+  for (int64_t i = 0; i < k; ++i) {
+    ab.set(i, a[i]);
+    bb.set(i, b[i]);
+    EXPECT_EQ(ab.get(i), a[i]) << "test input " << a[i] << " is not exact in " << dtype;
+    EXPECT_EQ(bb.get(i), b[i]) << "test input " << b[i] << " is not exact in " << dtype;
+  }
+  cb.set(0, c_old);
+  GemmArgs args;
+  args.a = ab.ref(), args.b = bb.ref(), args.c = cb.ref();
+  args.m = 1, args.n = 1, args.k = k, args.beta = beta;
+  kernels_for(Device::cpu()).gemm(args);
+  return cb.get(0);
+}
+
+TEST(GemmHalf, AccumulatesInFp32) {
+  // 1 + 8 * 2^-11: added one by one in fp16 each 2^-11 is a tie that rounds back to 1; in fp32
+  // the sum is 1 + 2^-8, exact in fp16.
+  std::vector<double> a(9, std::ldexp(1.0, -11)), b(9, 1.0);
+  a[0] = 1.0;
+  EXPECT_EQ(dot_half(DType::F16, a, b), 1.0 + std::ldexp(1.0, -8));
+  // bf16 has 3 fewer mantissa bits: the same with 2^-8 steps.
+  std::vector<double> a_bf(9, std::ldexp(1.0, -8));
+  a_bf[0] = 1.0;
+  EXPECT_EQ(dot_half(DType::BF16, a_bf, b), 1.0 + std::ldexp(1.0, -5));
+  // A partial sum of 80000 overflows fp16 but not fp32: the final 40000 must survive.
+  EXPECT_EQ(dot_half(DType::F16, {200, 200, -200}, {200, 200, 200}), 40000.0);
+}
+
+TEST(GemmHalf, RoundsOnceWithBeta) {
+  // A @ B = 2^-11 + 2^-22. Rounded once with beta * C = 1: 1 + 2^-11 + 2^-22 (exact in fp32) is
+  // just above the tie, so 1 + 2^-10. Rounding A @ B to fp16 first gives 2^-11 (a tie to even),
+  // then the tie 1 + 2^-11 rounds to even: 1.
+  const double got = dot_half(DType::F16, {std::ldexp(1.0, -11), std::ldexp(1.0, -22)}, {1.0, 1.0}, 1.0, 1.0);
+  EXPECT_EQ(got, 1.0 + std::ldexp(1.0, -10));
+}
+
+TEST(GemmHalf, OverflowBecomesInf) {
+  EXPECT_EQ(dot_half(DType::F16, {256}, {256}), INFINITY);  // 65536 > 65504
+  EXPECT_EQ(dot_half(DType::F16, {-256}, {256}), -INFINITY);
+  EXPECT_EQ(dot_half(DType::F16, {255}, {256}), 65280.0);  // the largest product below the limit
+  // bf16 has fp32's range: no overflow here.
+  EXPECT_EQ(dot_half(DType::BF16, {256}, {256}), 65536.0);
+}
+
+TEST(Gemm, BetaZeroIgnoresNanInC) {
+  Buffer a(DType::F32, {2, 2}), b(DType::F32, {2, 2}), c(DType::F32, {2, 2});
+  for (int i = 0; i < 4; ++i) a.set(i, 1), b.set(i, 1), c.set(i, NAN);
+  GemmArgs args;
+  args.a = a.ref(), args.b = b.ref(), args.c = c.ref();
+  args.m = args.n = args.k = 2;
+  kernels_for(Device::cpu()).gemm(args);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(c.get(i), 2.0);
+}
+
+TEST(Gemm, RejectsBadArguments) {
+  Kernels& k = kernels_for(Device::cpu());
+  Buffer a(DType::F32, {4, 4}), b(DType::F16, {4, 4}), c(DType::F32, {4, 4}), small(DType::F32, {3});
+  GemmArgs args;
+  args.a = a.ref(), args.b = b.ref(), args.c = c.ref();
+  args.m = args.n = args.k = 4;
+  EXPECT_THROW(k.gemm(args), Error);  // A and B dtypes differ
+  Buffer b32(DType::F32, {4, 4});
+  args.b = b32.ref();
+  args.c = small.ref();
+  EXPECT_THROW(k.gemm(args), Error);  // C too small
+  args.c = c.ref();
+  args.bias = small.ref();
+  EXPECT_THROW(k.gemm(args), Error);  // bias is not [n]
+}
+
+}  // namespace
+}  // namespace demi::backend

@@ -1,0 +1,223 @@
+// Pins CpuKernels::pool2d_forward / pool2d_backward (backends/cpu/pool2d.cpp) to naive fp64 loops:
+// max (value and argmax-in-window index, U8 or I64) and average with padding counted, every dtype.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/kernels.h"
+
+namespace demi::backend {
+namespace {
+
+// Host storage of any dtype, written and read as double (exactly, for values the dtype holds), so
+// that references are computed from the very values the kernel sees.
+struct Buffer {
+  DType dtype;
+  Shape shape;
+  std::vector<double> storage;  // 8-byte aligned bytes for any element type
+
+  Buffer(DType t, Shape s) : dtype(t), shape(std::move(s)), storage((shape_numel(shape) * dtype_size(t) + 7) / 8 + 1) {}
+  int64_t numel() const { return shape_numel(shape); }
+  TensorRef ref() { return TensorRef{storage.data(), shape, dtype}; }
+  void set(int64_t i, double v) {
+    void* p = storage.data();
+    switch (dtype) {
+      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+      case DType::F64: static_cast<double*>(p)[i] = v; break;
+      case DType::F16: static_cast<Half*>(p)[i] = Half(static_cast<float>(v)); break;
+      case DType::BF16: static_cast<BFloat16*>(p)[i] = BFloat16(static_cast<float>(v)); break;
+      case DType::I64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+      case DType::U8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    }
+  }
+  double get(int64_t i) const {
+    const void* p = storage.data();
+    switch (dtype) {
+      case DType::F32: return static_cast<const float*>(p)[i];
+      case DType::F64: return static_cast<const double*>(p)[i];
+      case DType::F16: return static_cast<const Half*>(p)[i];
+      case DType::BF16: return static_cast<const BFloat16*>(p)[i];
+      case DType::I64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+      case DType::U8: return static_cast<const uint8_t*>(p)[i];
+    }
+    return 0;
+  }
+  void fill_random(std::mt19937& rng) {
+    std::uniform_real_distribution<double> dist(-1, 1);
+    for (int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
+  }
+  void fill(double v) {
+    for (int64_t i = 0; i < numel(); ++i) set(i, v);
+  }
+};
+
+// atol + rtol * |ref| with rtol the dtype's epsilon (one rounding is half of it).
+void expect_close(const Buffer& got, const std::vector<double>& ref, const char* what) {
+  double rtol = got.dtype == DType::F64 ? 1e-13 : 1e-6;
+  if (got.dtype == DType::F16) rtol = std::ldexp(1.0, -10);
+  if (got.dtype == DType::BF16) rtol = std::ldexp(1.0, -7);
+  const double atol = got.dtype == DType::F64 ? 1e-14 : 1e-7;
+  int failures = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double bound = atol + rtol * std::fabs(ref[i]);
+    if (!(std::fabs(got.get(i) - ref[i]) <= bound) && failures++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "] = " << got.get(i) << ", expected " << ref[i] << " (bound " << bound
+                    << ")";
+    }
+  }
+  EXPECT_EQ(failures, 0) << what;
+}
+
+struct Case {
+  const char* name;
+  int64_t n, c, h, w;
+  int kh, kw, sh, sw, ph, pw;
+};
+
+const Case kCases[] = {
+    // name                 n  c   h   w  kh  kw  sh sw ph pw
+    {"k2_s2", 2, 3, 8, 8, 2, 2, 2, 2, 0, 0},
+    {"k3_s2_p1_overlap", 2, 2, 9, 7, 3, 3, 2, 2, 1, 1},
+    {"k3_s1_p1", 1, 4, 6, 5, 3, 3, 1, 1, 1, 1},
+    {"non_square", 3, 2, 10, 7, 2, 3, 2, 1, 1, 1},
+    {"odd_remainder", 2, 2, 7, 7, 2, 2, 2, 2, 0, 0},
+    {"window_256_u8", 1, 2, 16, 17, 16, 16, 1, 1, 0, 0},
+    {"window_289_i64", 2, 3, 17, 18, 17, 17, 1, 1, 0, 0},
+};
+
+std::string describe(const Case& c, PoolKind kind, DType dtype) {
+  std::ostringstream out;
+  out << c.name << (kind == PoolKind::Max ? " max" : " avg") << " dtype=" << dtype << " x=[" << c.n << "," << c.c
+      << "," << c.h << "," << c.w << "] kernel=(" << c.kh << "," << c.kw << ") stride=(" << c.sh << "," << c.sw
+      << ") pad=(" << c.ph << "," << c.pw << ")";
+  return out.str();
+}
+
+void run_case(const Case& cs, PoolKind kind, DType dtype) {
+  SCOPED_TRACE(describe(cs, kind, dtype));
+  const int64_t oh = (cs.h + 2 * cs.ph - cs.kh) / cs.sh + 1, ow = (cs.w + 2 * cs.pw - cs.kw) / cs.sw + 1;
+  const int64_t planes = cs.n * cs.c;
+  std::mt19937 rng(99);
+  Buffer x(dtype, {cs.n, cs.c, cs.h, cs.w}), y(dtype, {cs.n, cs.c, oh, ow}), gy(dtype, {cs.n, cs.c, oh, ow});
+  Buffer idx(cs.kh * cs.kw <= 256 ? DType::U8 : DType::I64, {cs.n, cs.c, oh, ow});
+  x.fill_random(rng), gy.fill_random(rng);
+  y.fill(NAN);
+
+  std::vector<double> ref_y(y.numel()), ref_gx(x.numel(), 0.0);
+  std::vector<int64_t> ref_idx(y.numel());
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const int64_t yi = (p * oh + oy) * ow + ox;
+        double best = -INFINITY, sum = 0;
+        int64_t arg = -1, arg_x = -1;
+        for (int ky = 0; ky < cs.kh; ++ky) {
+          for (int kx = 0; kx < cs.kw; ++kx) {
+            const int64_t iy = oy * cs.sh - cs.ph + ky, ix = ox * cs.sw - cs.pw + kx;
+            if (iy < 0 || iy >= cs.h || ix < 0 || ix >= cs.w) continue;
+            const int64_t xi = (p * cs.h + iy) * cs.w + ix;
+            sum += x.get(xi);
+            if (x.get(xi) > best) best = x.get(xi), arg = ky * cs.kw + kx, arg_x = xi;
+            if (kind == PoolKind::Avg) ref_gx[xi] += gy.get(yi) / (cs.kh * cs.kw);
+          }
+        }
+        ref_y[yi] = kind == PoolKind::Max ? best : sum / (cs.kh * cs.kw);
+        ref_idx[yi] = arg;
+        if (kind == PoolKind::Max) ref_gx[arg_x] += gy.get(yi);
+      }
+    }
+  }
+
+  Pool2dArgs args;
+  args.kind = kind;
+  args.kernel_h = cs.kh, args.kernel_w = cs.kw, args.stride_h = cs.sh, args.stride_w = cs.sw;
+  args.pad_h = cs.ph, args.pad_w = cs.pw;
+  args.input = x.ref(), args.output = y.ref();
+  if (kind == PoolKind::Max) args.indices = idx.ref();
+  Kernels& k = kernels_for(Device::cpu());
+  k.pool2d_forward(args);
+  expect_close(y, ref_y, "y");
+  if (kind == PoolKind::Max) {
+    int failures = 0;
+    for (int64_t i = 0; i < idx.numel(); ++i) {
+      if (idx.get(i) != static_cast<double>(ref_idx[i]) && failures++ < 5) {
+        ADD_FAILURE() << "indices[" << i << "] = " << idx.get(i) << ", expected " << ref_idx[i];
+      }
+    }
+  }
+
+  Buffer gx(dtype, x.shape);
+  gx.fill(NAN);  // every element must be written, the ones no window picked included
+  args.input = gx.ref(), args.output = gy.ref();
+  k.pool2d_backward(args);
+  expect_close(gx, ref_gx, "grad_x");
+}
+
+class Pool2dParity : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Pool2dParity, MatchesFp64Reference) {
+  for (const Case& c : kCases) {
+    run_case(c, PoolKind::Max, GetParam());
+    run_case(c, PoolKind::Avg, GetParam());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Pool2dParity, ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Pool2d, MaxPropagatesNanAndSkipsPadding) {
+  // Window 3x3, padding 1 on a 2x2 input of negative values: padding must not win as 0.
+  Buffer x(DType::F32, {1, 1, 2, 2}), y(DType::F32, {1, 1, 2, 2}), idx(DType::U8, {1, 1, 2, 2});
+  x.set(0, -5), x.set(1, -3), x.set(2, -4), x.set(3, NAN);
+  Pool2dArgs args;
+  args.kernel_h = args.kernel_w = 3, args.stride_h = args.stride_w = 1, args.pad_h = args.pad_w = 1;
+  args.input = x.ref(), args.output = y.ref(), args.indices = idx.ref();
+  kernels_for(Device::cpu()).pool2d_forward(args);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(std::isnan(y.get(i))) << i;
+  x.set(3, -6);
+  kernels_for(Device::cpu()).pool2d_forward(args);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(y.get(i), -3.0) << i;
+  EXPECT_EQ(idx.get(0), 5.0);  // window of output (0, 0) starts at (-1, -1): (0, 1) is offset 1 * 3 + 2
+}
+
+TEST(Pool2dHalf, OverlappingGradientsRoundOnce) {
+  // Three windows (kernel 1x3, stride 1 on 1x5) all pick the middle element. Their gradients
+  // 1 + 2^-11 + 2^-11 sum exactly to 1 + 2^-10 in fp32; added one by one in fp16 each 2^-11 is a
+  // tie that rounds back to 1.
+  Buffer x(DType::F16, {1, 1, 1, 5}), y(DType::F16, {1, 1, 1, 3}), idx(DType::U8, {1, 1, 1, 3});
+  Buffer gy(DType::F16, {1, 1, 1, 3}), gx(DType::F16, {1, 1, 1, 5});
+  x.fill(0);
+  x.set(2, 1);
+  Pool2dArgs args;
+  args.kernel_h = 1, args.kernel_w = 3, args.stride_h = args.stride_w = 1;
+  args.input = x.ref(), args.output = y.ref(), args.indices = idx.ref();
+  Kernels& k = kernels_for(Device::cpu());
+  k.pool2d_forward(args);
+  gy.set(0, 1.0), gy.set(1, std::ldexp(1.0, -11)), gy.set(2, std::ldexp(1.0, -11));
+  args.input = gx.ref(), args.output = gy.ref();
+  k.pool2d_backward(args);
+  EXPECT_EQ(gx.get(2), 1.0 + std::ldexp(1.0, -10));
+  for (int i : {0, 1, 3, 4}) EXPECT_EQ(gx.get(i), 0.0) << i;
+}
+
+TEST(Pool2d, RejectsBadArguments) {
+  Kernels& k = kernels_for(Device::cpu());
+  Buffer x(DType::F32, {1, 1, 4, 4}), y(DType::F32, {1, 1, 2, 2}), idx64(DType::I64, {1, 1, 2, 2});
+  Buffer idx8(DType::U8, {1, 1, 2, 2});
+  Pool2dArgs args;
+  args.input = x.ref(), args.output = y.ref(), args.indices = idx64.ref();
+  EXPECT_THROW(k.pool2d_forward(args), Error);  // a 2x2 window takes U8 indices
+  args.indices = idx8.ref();
+  EXPECT_NO_THROW(k.pool2d_forward(args));
+  idx8.set(2, 7);  // outside a 2x2 window
+  EXPECT_THROW(k.pool2d_backward(args), Error);
+  args.pad_h = 2;
+  EXPECT_THROW(k.pool2d_forward(args), Error);  // padding over half the kernel
+}
+
+}  // namespace
+}  // namespace demi::backend
