@@ -59,13 +59,37 @@ std::map<std::string, Tensor> AdamW::state_dict() const {
     for (size_t i = 0; i < state_[g].size(); ++i) {
       const State& s = state_[g][i];
       if (!s.exp_avg.defined()) continue;
-      const std::string key = std::to_string(g) + "." + std::to_string(i) + ".";
+      const std::string key = state_key(g, i);
       out.emplace(key + "exp_avg", s.exp_avg);
       out.emplace(key + "exp_avg_sq", s.exp_avg_sq);
       out.emplace(key + "step", full({}, static_cast<double>(s.step), DType::I64));
     }
   }
+  save_masters(out);
   return out;
+}
+
+void AdamW::load_state_dict(const std::map<std::string, Tensor>& state) {
+  size_t used = load_masters(state);
+  for (size_t g = 0; g < slots_.size(); ++g) {
+    for (size_t i = 0; i < slots_[g].size(); ++i) {
+      const Slot& slot = slots_[g][i];
+      const std::string key = state_key(g, i);
+      const DType dtype = slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32;
+      Tensor m = load_state_tensor(state, key + "exp_avg", slot, dtype, "AdamW");
+      Tensor v = load_state_tensor(state, key + "exp_avg_sq", slot, dtype, "AdamW");
+      auto step = state.find(key + "step");
+      if (!m.defined() && !v.defined() && step == state.end()) continue;
+      DEMI_CHECK(m.defined() && v.defined() && step != state.end(), "AdamW::load_state_dict: parameter ", key,
+                 " needs exp_avg, exp_avg_sq and step together");
+      m.set_memory_category(MemoryCategory::OptimizerState);
+      v.set_memory_category(MemoryCategory::OptimizerState);
+      state_[g][i] = State{m, v, step->second.item<int64_t>()};
+      used += 3;
+    }
+  }
+  DEMI_CHECK(used == state.size(), "AdamW::load_state_dict: ", state.size() - used, " of ", state.size(),
+             " keys match no parameter of this optimizer; was the state saved from a different model?");
 }
 
 }  // namespace demi::optim

@@ -28,8 +28,11 @@ class AdamW : public Optimizer {
   void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
 
   std::vector<Options>& group_options() { return options_; }
-  // "<group>.<index>.exp_avg", ".exp_avg_sq" and ".step" (a one-element int64 tensor).
+  // "<group>.<index>.exp_avg", ".exp_avg_sq", ".step" (a one-element int64 tensor) and, for
+  // half params, ".master".
   std::map<std::string, Tensor> state_dict() const;
+  // Restores what state_dict() gave (same parameters in the same groups); unknown keys throw.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
 
  private:
   struct State {

@@ -73,6 +73,45 @@ std::vector<Optimizer::GradientTarget> Optimizer::unscale_targets() {
   return out;
 }
 
+std::string Optimizer::state_key(size_t group, size_t index) {
+  return std::to_string(group) + "." + std::to_string(index) + ".";
+}
+
+void Optimizer::save_masters(std::map<std::string, Tensor>& state) const {
+  for (size_t g = 0; g < slots_.size(); ++g) {
+    for (size_t i = 0; i < slots_[g].size(); ++i) {
+      if (slots_[g][i].master.defined()) state.emplace(state_key(g, i) + "master", slots_[g][i].master);
+    }
+  }
+}
+
+Tensor Optimizer::load_state_tensor(const std::map<std::string, Tensor>& state, const std::string& key,
+                                    const Slot& slot, DType dtype, const char* optimizer) const {
+  auto it = state.find(key);
+  if (it == state.end()) return Tensor();
+  DEMI_CHECK(it->second.numel() == slot.param.numel(), optimizer, "::load_state_dict: '", key, "' has shape ",
+             it->second.shape(), " but its parameter has shape ", slot.param.shape(),
+             "; was the state saved from a different model?");
+  NoGradGuard no_grad;
+  return it->second.reshape(slot.param.shape()).to(dtype).to(slot.param.device()).clone();
+}
+
+size_t Optimizer::load_masters(const std::map<std::string, Tensor>& state) {
+  size_t used = 0;
+  for (size_t g = 0; g < slots_.size(); ++g) {
+    for (size_t i = 0; i < slots_[g].size(); ++i) {
+      Slot& slot = slots_[g][i];
+      if (!slot.master.defined()) continue;
+      Tensor master = load_state_tensor(state, state_key(g, i) + "master", slot, DType::F32, "optimizer");
+      if (!master.defined()) continue;
+      master.set_memory_category(MemoryCategory::MasterWeights);
+      slot.master = master;
+      ++used;
+    }
+  }
+  return used;
+}
+
 Tensor Optimizer::step_gradient(const Slot& slot) const {
   const Tensor g = slot.param.grad();
   if (!g.defined()) return g;

@@ -2,6 +2,8 @@
 // of half parameters, and the gradient targets the GradScaler unscales into.
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "framework/tensor/tensor.h"
@@ -49,6 +51,16 @@ class Optimizer {
   size_t add_params(const std::vector<Tensor>& params, MasterWeights policy, const char* optimizer);
   // The gradient step() should read for a slot (undefined: no gradient, skip the parameter).
   Tensor step_gradient(const Slot& slot) const;
+  // The key prefix of slot i of group g in state dicts: "<g>.<i>.".
+  static std::string state_key(size_t group, size_t index);
+  // Adds each master as "<g>.<i>.master"; loads them back (shape-checked). load returns how many
+  // keys of `state` it used, so callers can reject unexpected keys.
+  void save_masters(std::map<std::string, Tensor>& state) const;
+  size_t load_masters(const std::map<std::string, Tensor>& state);
+  // Loads one state tensor of a slot: copies `key` from `state` into a new tensor shaped like the
+  // parameter, in `dtype` on its device (undefined when the key is absent).
+  Tensor load_state_tensor(const std::map<std::string, Tensor>& state, const std::string& key, const Slot& slot,
+                           DType dtype, const char* optimizer) const;
   // Marks the end of a step: the next one reads gradients directly again.
   void finish_step() { unscaled_into_masters_ = false; }
 

@@ -57,11 +57,28 @@ std::map<std::string, Tensor> SGD::state_dict() const {
   for (size_t g = 0; g < momentum_.size(); ++g) {
     for (size_t i = 0; i < momentum_[g].size(); ++i) {
       if (momentum_[g][i].defined()) {
-        out.emplace(std::to_string(g) + "." + std::to_string(i) + ".momentum_buffer", momentum_[g][i]);
+        out.emplace(state_key(g, i) + "momentum_buffer", momentum_[g][i]);
       }
     }
   }
+  save_masters(out);
   return out;
+}
+
+void SGD::load_state_dict(const std::map<std::string, Tensor>& state) {
+  size_t used = load_masters(state);
+  for (size_t g = 0; g < slots_.size(); ++g) {
+    for (size_t i = 0; i < slots_[g].size(); ++i) {
+      const DType dtype = slots_[g][i].param.dtype() == DType::F64 ? DType::F64 : DType::F32;
+      Tensor buffer = load_state_tensor(state, state_key(g, i) + "momentum_buffer", slots_[g][i], dtype, "SGD");
+      if (!buffer.defined()) continue;
+      buffer.set_memory_category(MemoryCategory::OptimizerState);
+      momentum_[g][i] = buffer;
+      ++used;
+    }
+  }
+  DEMI_CHECK(used == state.size(), "SGD::load_state_dict: ", state.size() - used, " of ", state.size(),
+             " keys match no parameter of this optimizer; was the state saved from a different model?");
 }
 
 }  // namespace demi::optim

@@ -30,8 +30,10 @@ class SGD : public Optimizer {
 
   // Each group's options (change lr here, as with PyTorch's param_groups).
   std::vector<Options>& group_options() { return options_; }
-  // Momentum buffers by position: "<group>.<index>.momentum_buffer".
+  // By position: "<group>.<index>.momentum_buffer" and, for half params, ".master".
   std::map<std::string, Tensor> state_dict() const;
+  // Restores what state_dict() gave (same parameters in the same groups); unknown keys throw.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
 
  private:
   std::vector<Options> options_;

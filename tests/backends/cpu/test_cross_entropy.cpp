@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/kernels.h"
+#include "support/host_tensor.h"
 
 namespace {
 
@@ -18,84 +19,6 @@ using demi::backend::TensorRef;
 
 demi::backend::Kernels& cpu() { return demi::backend::kernels_for(demi::Device::cpu()); }
 
-// Host storage behind a TensorRef; values go in and out as double, through demi::Half and
-// demi::BFloat16 (an implementation independent of the backend's Eigen conversions).
-class HostTensor {
- public:
-  HostTensor(Shape shape, DType dtype)
-      : shape_(std::move(shape)),
-        dtype_(dtype),
-        storage_(static_cast<size_t>(demi::shape_numel(shape_)) * demi::dtype_size(dtype) / 8 + 1) {}
-  TensorRef ref() { return TensorRef{storage_.data(), shape_, dtype_}; }
-  int64_t numel() const { return demi::shape_numel(shape_); }
-  void set(int64_t i, double v) {
-    void* p = storage_.data();
-    switch (dtype_) {
-      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DType::F64: static_cast<double*>(p)[i] = v; break;
-      case DType::F16: static_cast<demi::Half*>(p)[i] = demi::Half(static_cast<float>(v)); break;
-      case DType::BF16: static_cast<demi::BFloat16*>(p)[i] = demi::BFloat16(static_cast<float>(v)); break;
-      case DType::I64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-      case DType::U8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    }
-  }
-  double get(int64_t i) const {
-    const void* p = storage_.data();
-    switch (dtype_) {
-      case DType::F32: return static_cast<const float*>(p)[i];
-      case DType::F64: return static_cast<const double*>(p)[i];
-      case DType::F16: return static_cast<float>(static_cast<const demi::Half*>(p)[i]);
-      case DType::BF16: return static_cast<float>(static_cast<const demi::BFloat16*>(p)[i]);
-      case DType::I64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-      case DType::U8: return static_cast<const uint8_t*>(p)[i];
-    }
-    return 0.0;
-  }
-  // Fills with uniform values in [lo, hi), then reads them back so callers see the stored values.
-  std::vector<double> randomize(std::mt19937& rng, double lo, double hi) {
-    std::uniform_real_distribution<double> dist(lo, hi);
-    std::vector<double> values(static_cast<size_t>(numel()));
-    for (int64_t i = 0; i < numel(); ++i) {
-      set(i, dist(rng));
-      values[i] = get(i);
-    }
-    return values;
-  }
-
- private:
-  Shape shape_;
-  DType dtype_;
-  std::vector<double> storage_;  // doubles: 8-byte alignment for every dtype
-};
-
-// atol + rtol * |ref|, rtol from the dtype's epsilon (fp16 2^-10, bf16 2^-7).
-struct Tolerance {
-  double rtol, atol;
-};
-Tolerance tolerance(DType d) {
-  switch (d) {
-    case DType::F64: return {1e-12, 1e-13};
-    case DType::F32: return {2e-6, 1e-7};
-    case DType::F16: return {0x1p-10, 1e-7};
-    case DType::BF16: return {0x1p-7, 1e-7};
-    default: return {0.0, 0.0};
-  }
-}
-
-// Checks every element; NaN matches NaN. Stops after a few failures to keep the log short.
-void expect_close(const std::vector<double>& ref, const HostTensor& got, Tolerance tol) {
-  ASSERT_EQ(static_cast<int64_t>(ref.size()), got.numel());
-  int failures = 0;
-  for (size_t i = 0; i < ref.size() && failures < 5; ++i) {
-    const double g = got.get(static_cast<int64_t>(i));
-    if (std::isnan(ref[i]) && std::isnan(g)) continue;
-    const bool ok = ref[i] == g || std::fabs(g - ref[i]) <= tol.atol + tol.rtol * std::fabs(ref[i]);
-    if (!ok) ++failures;
-    EXPECT_TRUE(ok) << "element " << i << ": got " << g << ", expected " << ref[i];
-  }
-}
-
-const DType kFloating[] = {DType::F32, DType::F64, DType::F16, DType::BF16};
 
 using demi::backend::CrossEntropyArgs;
 

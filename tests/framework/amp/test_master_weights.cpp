@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "framework/demi/demi.h"
 
@@ -117,6 +118,59 @@ TEST(Optimizers, HalfParametersWithoutAScalerStepThroughTheirMasters) {
     opt.step();
   }
   EXPECT_NEAR(opt.master_of(w).to_vector<float>()[0], 0.99f, 1e-6f);
+}
+
+}  // namespace
+}  // namespace demi
+
+namespace demi {
+namespace {
+
+// Resuming: an optimizer loaded from another's state_dict continues bit for bit.
+TEST(Optimizers, StateDictRoundTripContinuesIdentically) {
+  auto run = [](optim::Optimizer& opt, Tensor& w, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      opt.zero_grad();
+      sum(w * w).to(DType::F32).backward();
+      opt.step();
+    }
+  };
+  for (int which = 0; which < 2; ++which) {
+    Tensor a = tensor({0.5f, -1.5f, 2.0f}, {3}, DType::BF16).requires_grad_();
+    Tensor b = tensor({0.0f, 0.0f, 0.0f}, {3}, DType::BF16).requires_grad_();
+    std::unique_ptr<optim::Optimizer> oa, ob;
+    if (which == 0) {
+      optim::SGD::Options o;
+      o.lr = 0.1;
+      o.momentum = 0.9;
+      oa = std::make_unique<optim::SGD>(std::vector<Tensor>{a}, o);
+      ob = std::make_unique<optim::SGD>(std::vector<Tensor>{b}, o);
+    } else {
+      oa = std::make_unique<optim::AdamW>(std::vector<Tensor>{a}, optim::AdamW::Options{});
+      ob = std::make_unique<optim::AdamW>(std::vector<Tensor>{b}, optim::AdamW::Options{});
+    }
+    run(*oa, a, 3);
+    {
+      NoGradGuard no_grad;
+      kernels(b).copy(a.data_ptr(), b.data_ptr(), a.nbytes());
+    }
+    if (which == 0) {
+      static_cast<optim::SGD&>(*ob).load_state_dict(static_cast<optim::SGD&>(*oa).state_dict());
+    } else {
+      static_cast<optim::AdamW&>(*ob).load_state_dict(static_cast<optim::AdamW&>(*oa).state_dict());
+    }
+    run(*oa, a, 2);
+    run(*ob, b, 2);
+    EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>()) << (which == 0 ? "SGD" : "AdamW");
+    EXPECT_EQ(oa->master_of(a).to_vector<float>(), ob->master_of(b).to_vector<float>());
+  }
+  optim::SGD sgd({ones({2}).requires_grad_()}, {});
+  try {
+    sgd.load_state_dict({{"7.0.momentum_buffer", zeros({2})}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("keys match no parameter"), std::string::npos);
+  }
 }
 
 }  // namespace
