@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS demi_framework demi_backend_cpu demi_models EXPORT demiTargets
+install(TARGETS demi_framework demi_backend_cpu demi_models demi_datasets EXPORT demiTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 if(TARGET demi_backend_cuda)
@@ -13,6 +13,7 @@ if(TARGET demi_backend_cuda)
 endif()
 # Public headers only: framework/ and the backend interface (backends/cpu and cuda stay private).
 install(DIRECTORY framework DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/demi FILES_MATCHING PATTERN "*.h")
+install(DIRECTORY datasets DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/demi FILES_MATCHING PATTERN "*.h")
 install(DIRECTORY models DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/demi FILES_MATCHING PATTERN "*.h")
 install(FILES backends/kernels.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/demi/backends)
 install(FILES framework/demi/demi.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/demi)

@@ -32,6 +32,7 @@ TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
     // Backward outside autocast: its ops run in the dtypes the forward saved.
     scaler_.scale(options_.micro_batches > 1 ? loss / static_cast<double>(options_.micro_batches) : loss).backward();
   }
+  if (probe_) probe_();
   if (options_.clip_grad_norm > 0.0) {
     result.grad_norm = scaler_.clip_grad_norm_(optimizer_, options_.clip_grad_norm).item<double>();
   }

@@ -31,12 +31,16 @@ class TrainStep {
             optim::LRScheduler* scheduler = nullptr);
   // loss_fn(i) runs the forward pass of micro-batch i and returns its loss.
   Result run(const std::function<Tensor(int micro_batch)>& loss_fn);
+  // Called after the backward passes, before unscaling: the gradients are still the scaled
+  // values that went through half precision (what an underflow diagnostic must look at).
+  void set_gradient_probe(std::function<void()> probe) { probe_ = std::move(probe); }
 
  private:
   optim::Optimizer& optimizer_;
   GradScaler& scaler_;
   Options options_;
   optim::LRScheduler* scheduler_;
+  std::function<void()> probe_;
 };
 
 }  // namespace demi::amp

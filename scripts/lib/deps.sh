@@ -1,0 +1,27 @@
+# Sourced by scripts/test and scripts/train: installs the Debian packages demi builds with (as
+# root), or prints the exact apt-get line and exits non-zero.
+demi_install_deps() {
+  local packages=(cmake ninja-build g++ libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
+                  nlohmann-json3-dev libcli11-dev libstb-dev)
+  local missing=() p
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "demi: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  else
+    echo "demi: missing Debian packages; install them with:" >&2
+    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+}
+
+# Configures Release with all cores into $1 (default build).
+demi_configure() {
+  local build=${1:-build} werror=OFF
+  [[ ${CI:-} == true ]] && werror=ON
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEMI_CUDA="${DEMI_CUDA:-AUTO}" -DDEMI_WERROR=$werror
+}

@@ -1,0 +1,82 @@
+// train_cifar: trains SmallCNN or AirNet on CIFAR-10 in fp32, bf16 or fp16. Parses the command
+// line into a TrainerConfig; the loop lives in trainer.cpp. Errors print one line and exit 2.
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+
+#include "backends/kernels.h"
+#include "framework/core/error.h"
+#include "train/trainer.h"
+
+namespace {
+void on_sigint(int) {
+  if (demi::train::g_stop_requested) std::_Exit(130);  // a second Ctrl-C: stop now
+  demi::train::g_stop_requested = true;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  demi::train::TrainerConfig c;
+  const char* env_data = std::getenv("DEMI_CIFAR10");
+  c.data_dir = env_data ? env_data : "./data/cifar-10";
+  std::string device = demi::backend::cuda_device_count() > 0 ? "cuda" : "cpu";
+
+  CLI::App app{"train_cifar: train a small CNN on CIFAR-10 in the precision you choose (demi)"};
+  app.get_formatter()->column_width(34);
+  app.add_option("--precision", c.precision, "fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling)")
+      ->check(CLI::IsMember({"fp16", "bf16", "fp32"}))->capture_default_str();
+  app.add_option("--device", device, "cpu or cuda (default: cuda when a GPU is present)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--model", c.model, "SmallCNN or AirNet (../shared/bench/README.md)")
+      ->check(CLI::IsMember({"SmallCNN", "AirNet"}))->capture_default_str();
+  app.add_option("--data-dir", c.data_dir, "CIFAR-10: image folders train/<class>/*.jpg or the binary batches "
+                 "(default: $DEMI_CIFAR10, else ./data/cifar-10)")->capture_default_str();
+  app.add_option("--epochs", c.epochs, "epochs to train")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "images per step")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", c.lr, "peak learning rate")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--optimizer", c.optimizer, "sgd (Nesterov momentum 0.9, weight decay 5e-4) or adamw")
+      ->check(CLI::IsMember({"sgd", "adamw"}))->capture_default_str();
+  app.add_option("--schedule", c.schedule, "learning-rate schedule: onecycle, cosine (with warm-up), step or none")
+      ->check(CLI::IsMember({"onecycle", "cosine", "step", "none"}))->capture_default_str();
+  app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing in [0, 1]")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_flag("--half-params", c.half_params, "model weights in fp16/bf16 with fp32 masters in the optimizer "
+               "(BatchNorm stays fp32)");
+  app.add_option("--loss-scale", c.loss_scale, "dynamic (GradScaler; fp16 only), none, or a fixed number")
+      ->capture_default_str();
+  app.add_option("--clip", c.clip, "clip the global gradient norm to this (0: off); applied to true gradients")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--accum", c.accum, "micro-batches per step (gradient accumulation); must divide --batch-size")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seed", c.seed, "seed for initialisation, shuffling and augmentation")->capture_default_str();
+  app.add_option("--out", c.out_dir, "output directory: metrics.jsonl, summary.json, checkpoint")
+      ->capture_default_str();
+  app.add_option("--resume", c.resume_dir, "continue from the checkpoint in this directory");
+  app.add_flag("--eval-only", c.eval_only, "evaluate (with --resume's weights) and exit");
+  app.add_option("--train-subset", c.train_subset, "train on a fixed class-balanced subset of N images (0: all)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--test-subset", c.test_subset, "evaluate on a fixed class-balanced subset of N images (0: all)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--log-every", c.log_every, "steps between metrics.jsonl records and plain progress lines")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "train_cifar: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  c.device = device == "cuda" ? demi::Device::cuda(0) : demi::Device::cpu();
+  std::signal(SIGINT, on_sigint);
+  try {
+    demi::train::run_training(c);
+  } catch (const demi::Error& e) {
+    std::cerr << "train_cifar: " << e.what() << "\n";
+    return 1;
+  }
+  return demi::train::g_stop_requested ? 130 : 0;
+}

@@ -1,0 +1,352 @@
+// The train_cifar loop: data, model, optimizer, scaler and schedule from the config; one
+// amp::TrainStep per batch; evaluation, metrics.jsonl, checkpoints and the summary per epoch.
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "datasets/cifar10.h"
+#include "framework/demi/demi.h"
+#include "models/small_cnn.h"
+#include "train/safetensors.h"
+
+namespace demi::train {
+
+std::atomic<bool> g_stop_requested{false};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+DType compute_dtype(const std::string& precision) {
+  if (precision == "fp16") return DType::F16;
+  if (precision == "bf16") return DType::BF16;
+  DEMI_CHECK(precision == "fp32", "--precision: '", precision, "' is not one of fp16, bf16, fp32");
+  return DType::F32;
+}
+
+// Fractions of a gradient's elements that are exactly zero, subnormal or inf/NaN in `format`
+// (the values reached the parameter through that format, so classifying them there is exact).
+struct Underflow {
+  double zero = 0, subnormal = 0, non_finite = 0;
+};
+Underflow classify(const Tensor& grad, DType format) {
+  const std::vector<float> g = grad.to_vector<float>();
+  const double smallest_normal = format == DType::F16 ? 6.103515625e-5 : 1.1754943508222875e-38;
+  Underflow u;
+  for (float v : g) {
+    const double a = std::fabs(static_cast<double>(v));
+    if (!std::isfinite(v)) u.non_finite += 1;
+    else if (a == 0.0) u.zero += 1;
+    else if (a < smallest_normal) u.subnormal += 1;
+  }
+  const double n = std::max<double>(1.0, static_cast<double>(g.size()));
+  return {u.zero / n, u.subnormal / n, u.non_finite / n};
+}
+
+// Accuracy of `model` on `loader` (one pass, no augmentation), under the run's autocast.
+double evaluate(nn::Module& model, data::DataLoader& loader, const Device& device, DType dtype) {
+  model.eval();
+  NoGradGuard no_grad;
+  std::optional<amp::AutocastGuard> autocast;
+  if (dtype != DType::F32) autocast.emplace(device.kind(), dtype);
+  loader.start_epoch(0);
+  data::Batch batch;
+  int64_t correct = 0, total = 0;
+  while (loader.next(batch)) {
+    const Tensor logits = model(batch.images.to(device)).to(DType::F32);
+    const std::vector<float> l = logits.to_vector<float>();
+    const std::vector<int64_t> y = batch.labels.to_vector<int64_t>();
+    const int64_t k = logits.size(1);
+    for (size_t i = 0; i < y.size(); ++i) {
+      const float* row = l.data() + i * static_cast<size_t>(k);
+      correct += (std::max_element(row, row + k) - row) == y[i];
+    }
+    total += static_cast<int64_t>(y.size());
+  }
+  model.train();
+  return total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+}
+
+std::string format_duration(double s) {
+  std::ostringstream out;
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  out << t / 60 << "m" << std::setw(2) << std::setfill('0') << t % 60 << "s";
+  return out.str();
+}
+
+}  // namespace
+
+double run_training(const TrainerConfig& c) {
+  const DType dtype = compute_dtype(c.precision);
+  DEMI_CHECK(c.epochs >= 0 && c.batch_size >= 1 && c.accum >= 1 && c.batch_size % c.accum == 0,
+             "--epochs must be >= 0, --batch-size >= 1, and --batch-size divisible by --accum (got ", c.batch_size,
+             " and ", c.accum, ")");
+  if (c.threads > 0) set_num_threads(c.threads);
+  std::filesystem::create_directories(c.out_dir);
+  const Device device = c.device;
+
+  // Data
+  const auto load_start = Clock::now();
+  data::Dataset train_set = data::load_cifar10(c.data_dir, data::Split::Train);
+  data::Dataset test_set = data::load_cifar10(c.data_dir, data::Split::Test);
+  if (c.train_subset > 0) train_set = data::balanced_subset(train_set, c.train_subset, c.seed);
+  if (c.test_subset > 0) test_set = data::balanced_subset(test_set, c.test_subset, c.seed + 1);
+  data::DataLoader::Options train_options;
+  train_options.batch_size = c.batch_size;
+  train_options.shuffle = true;
+  train_options.augment = true;
+  train_options.drop_last = true;
+  train_options.seed = c.seed;
+  data::DataLoader train_loader(train_set, train_options);
+  data::DataLoader::Options test_options;
+  test_options.batch_size = 500;
+  test_options.shuffle = false;
+  data::DataLoader test_loader(test_set, test_options);
+  std::cout << "data: " << train_loader.size() << " train / " << test_loader.size() << " test images from "
+            << c.data_dir << " (" << std::fixed << std::setprecision(1) << seconds_since(load_start) << " s)\n";
+
+  // Model, optimizer, scaler, schedule
+  Generator gen(c.seed);
+  manual_seed(c.seed);
+  std::shared_ptr<nn::Module> model = models::make_model(c.model, gen);
+  model->to(device);
+  if (c.half_params) {
+    DEMI_CHECK(dtype != DType::F32, "--half-params needs --precision fp16 or bf16");
+    model->to(dtype);  // BatchNorm stays fp32
+  }
+  std::unique_ptr<optim::Optimizer> opt;
+  if (c.optimizer == "sgd") {
+    optim::SGD::Options o;
+    o.lr = c.lr;
+    o.momentum = 0.9;
+    o.nesterov = true;
+    o.weight_decay = 5e-4;
+    opt = std::make_unique<optim::SGD>(model->parameters(), o);
+  } else {
+    DEMI_CHECK(c.optimizer == "adamw", "--optimizer: '", c.optimizer, "' is not one of sgd, adamw");
+    optim::AdamW::Options o;
+    o.lr = c.lr;
+    o.weight_decay = 5e-4;
+    opt = std::make_unique<optim::AdamW>(model->parameters(), o);
+  }
+  amp::GradScaler::Options so;
+  std::optional<double> static_scale;
+  if (c.loss_scale == "dynamic") {
+    so.enabled = dtype == DType::F16;  // bf16 has fp32's range: nothing to rescue
+  } else if (c.loss_scale == "none") {
+    so.enabled = false;
+  } else {
+    char* end = nullptr;
+    const double s = std::strtod(c.loss_scale.c_str(), &end);
+    DEMI_CHECK(end && *end == '\0' && s > 0 && std::isfinite(s), "--loss-scale: '", c.loss_scale,
+               "' is not dynamic, none or a positive number");
+    so.init_scale = s;
+    static_scale = s;
+  }
+  amp::GradScaler scaler(so);
+  const int64_t steps_per_epoch = train_loader.batches_per_epoch();
+  const int64_t total_steps = std::max<int64_t>(2, steps_per_epoch * c.epochs);
+  std::unique_ptr<optim::LRScheduler> schedule;
+  if (c.schedule == "onecycle") {
+    schedule = std::make_unique<optim::OneCycle>(*opt, total_steps);
+  } else if (c.schedule == "cosine") {
+    schedule = std::make_unique<optim::CosineWithWarmup>(*opt, std::min<int64_t>(steps_per_epoch, total_steps / 10),
+                                                         total_steps);
+  } else if (c.schedule == "step") {
+    schedule = std::make_unique<optim::StepLR>(*opt, std::max<int64_t>(1, total_steps / 3), 0.1);
+  } else {
+    DEMI_CHECK(c.schedule == "none", "--schedule: '", c.schedule, "' is not one of onecycle, cosine, step, none");
+  }
+
+  // Resume
+  int first_epoch = 0;
+  int64_t step = 0;
+  double best_accuracy = 0.0;
+  const std::string resume = c.resume_dir;
+  if (!resume.empty()) {
+    const std::string state_path = resume + "/state.json";
+    std::ifstream in(state_path);
+    DEMI_CHECK(in.good(), "--resume: no checkpoint in '", resume, "' (", state_path, " is missing)");
+    json state;
+    try {
+      state = json::parse(in);
+    } catch (const std::exception& e) {
+      DEMI_THROW("--resume: '", state_path, "' is not valid JSON (", e.what(), ")");
+    }
+    DEMI_CHECK(state.value("model", "") == c.model && state.value("precision", "") == c.precision,
+               "--resume: the checkpoint is ", state.value("model", "?"), "/", state.value("precision", "?"),
+               " but this run is ", c.model, "/", c.precision, "; pass the same --model and --precision");
+    model->load_state_dict(load_safetensors(resume + "/model.safetensors"));
+    const auto opt_state = load_safetensors(resume + "/optimizer.safetensors");
+    if (auto* sgd = dynamic_cast<optim::SGD*>(opt.get())) sgd->load_state_dict(opt_state);
+    if (auto* adamw = dynamic_cast<optim::AdamW*>(opt.get())) adamw->load_state_dict(opt_state);
+    if (scaler.is_enabled()) scaler.load_state_dict(state.at("scaler").get<std::map<std::string, double>>());
+    first_epoch = state.at("epochs_done").get<int>();
+    step = state.at("step").get<int64_t>();
+    best_accuracy = state.value("best_accuracy", 0.0);
+    if (schedule) {
+      for (int64_t i = 0; i < step; ++i) schedule->step();
+    }
+    std::cout << "resumed from " << resume << " after epoch " << first_epoch << " (step " << step << ")\n";
+  }
+
+  const std::string checkpoint_dir = c.out_dir;
+  auto save_checkpoint = [&](int epochs_done) {
+    save_safetensors(checkpoint_dir + "/model.safetensors", model->state_dict(), {{"format", "pt"}});
+    std::map<std::string, Tensor> opt_state;
+    if (auto* sgd = dynamic_cast<optim::SGD*>(opt.get())) opt_state = sgd->state_dict();
+    if (auto* adamw = dynamic_cast<optim::AdamW*>(opt.get())) opt_state = adamw->state_dict();
+    save_safetensors(checkpoint_dir + "/optimizer.safetensors", opt_state);
+    json state = {{"model", c.model}, {"precision", c.precision}, {"epochs_done", epochs_done}, {"step", step},
+                  {"best_accuracy", best_accuracy}, {"seed", c.seed}, {"scaler", scaler.state_dict()},
+                  {"lr", opt->lr(0)}};
+    write_file_atomically(checkpoint_dir + "/state.json", state.dump(2) + "\n");
+  };
+
+  if (c.eval_only) {
+    const double acc = evaluate(*model, test_loader, device, dtype);
+    std::cout << "test accuracy: " << std::setprecision(2) << 100.0 * acc << "%\n";
+    return acc;
+  }
+
+  std::ofstream metrics(c.out_dir + "/metrics.jsonl", resume.empty() ? std::ios::trunc : std::ios::app);
+  DEMI_CHECK(metrics.good(), "cannot write '", c.out_dir, "/metrics.jsonl'");
+  // With --clip 0 the norm is still measured (an infinite bound never clips) for metrics.jsonl.
+  const double clip = c.clip > 0 ? c.clip : std::numeric_limits<double>::infinity();
+  amp::TrainStep train_step(*opt, scaler, {device.kind(), dtype, clip, c.accum}, schedule.get());
+  const bool tty = ::isatty(STDOUT_FILENO);
+  const auto named = model->named_parameters();
+  json underflow;
+  bool probe_now = false;
+  train_step.set_gradient_probe([&] {
+    if (!probe_now) return;
+    underflow = json::object();
+    for (const auto& [name, p] : named) {
+      if (!p.grad().defined()) continue;
+      const Underflow u = classify(p.grad(), dtype);
+      underflow[name] = {{"zero", u.zero}, {"subnormal", u.subnormal}, {"inf", u.non_finite}};
+    }
+  });
+
+  reset_peak_memory_stats(device);
+  const auto run_start = Clock::now();
+  int64_t images_seen = 0;
+  double accuracy = 0.0;
+  int epochs_done = first_epoch;
+  std::cout << c.model << " " << c.precision << (c.half_params ? " (half params)" : "") << " on " << device << ", "
+            << c.epochs << " epochs of " << steps_per_epoch << " steps, batch " << c.batch_size << "\n";
+  for (int epoch = first_epoch; epoch < c.epochs && !g_stop_requested; ++epoch) {
+    train_loader.start_epoch(epoch);
+    const auto epoch_start = Clock::now();
+    double loss_sum = 0.0;
+    int64_t batch_index = 0, epoch_images = 0;
+    data::Batch batch;
+    while (!g_stop_requested && train_loader.next(batch)) {
+      const auto step_start = Clock::now();
+      const Tensor images = batch.images.to(device), labels = batch.labels.to(device);
+      const int64_t micro = c.batch_size / c.accum;
+      probe_now = batch_index == steps_per_epoch - 1;
+      const amp::TrainStep::Result r = train_step.run([&](int i) {
+        const Tensor x = c.accum == 1 ? images : images.slice(i * micro, (i + 1) * micro);
+        const Tensor y = c.accum == 1 ? labels : labels.slice(i * micro, (i + 1) * micro);
+        return cross_entropy((*model)(x), y, {c.label_smoothing});
+      });
+      if (static_scale) scaler.update(*static_scale);
+      ++step;
+      ++batch_index;
+      loss_sum += r.loss;
+      epoch_images += images.size(0);
+      images_seen += images.size(0);
+      const double ips = static_cast<double>(epoch_images) / seconds_since(epoch_start);
+      if (step % c.log_every == 0) {
+        metrics << json{{"type", "step"}, {"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"lr", opt->lr(0)},
+                        {"loss_scale", scaler.get_scale()}, {"skipped_steps", scaler.steps_skipped()},
+                        {"grad_norm", r.grad_norm}, {"images_per_s", ips},
+                        {"step_ms", 1000.0 * seconds_since(step_start)}}.dump()
+                << "\n";
+        metrics.flush();
+      }
+      const double eta = (steps_per_epoch - batch_index) * seconds_since(epoch_start) / static_cast<double>(batch_index);
+      std::ostringstream line;
+      line << "epoch " << epoch + 1 << "/" << c.epochs << " " << std::setw(4) << batch_index << "/" << steps_per_epoch
+           << " loss " << std::fixed << std::setprecision(4) << loss_sum / static_cast<double>(batch_index) << " "
+           << std::setprecision(0) << ips << " img/s scale " << scaler.get_scale() << " ETA " << format_duration(eta);
+      if (tty) {
+        std::cout << "\r" << line.str() << std::flush;
+      } else if (batch_index % c.log_every == 0) {
+        std::cout << line.str() << "\n";
+      }
+    }
+    if (tty) std::cout << "\n";
+    if (g_stop_requested) {
+      std::cout << "stopping on Ctrl-C: epoch " << epoch + 1 << " is incomplete and will be rerun on --resume\n";
+      break;
+    }
+    accuracy = evaluate(*model, test_loader, device, dtype);
+    best_accuracy = std::max(best_accuracy, accuracy);
+    epochs_done = epoch + 1;
+    const double epoch_time = seconds_since(epoch_start);
+    json record = {{"type", "epoch"}, {"epoch", epoch}, {"step", step},
+                   {"train_loss", batch_index ? loss_sum / static_cast<double>(batch_index) : 0.0},
+                   {"test_accuracy", accuracy}, {"lr", opt->lr(0)}, {"loss_scale", scaler.get_scale()},
+                   {"skipped_steps", scaler.steps_skipped()},
+                   {"images_per_s", static_cast<double>(epoch_images) / epoch_time}, {"epoch_time_s", epoch_time},
+                   {"grad_underflow", underflow}};
+    metrics << record.dump() << "\n";
+    metrics.flush();
+    std::cout << "epoch " << epoch + 1 << ": test accuracy " << std::setprecision(2) << 100.0 * accuracy << "% ("
+              << std::setprecision(1) << epoch_time << " s)\n";
+    save_checkpoint(epochs_done);
+  }
+  if (g_stop_requested) save_checkpoint(epochs_done);
+
+  // Summary
+  const double total_time = seconds_since(run_start);
+  const MemoryReport memory = memory_report(device);
+  json summary = {{"model", c.model},
+                  {"precision", c.precision},
+                  {"half_params", c.half_params},
+                  {"device", device.str()},
+                  {"epochs", epochs_done},
+                  {"time_s", total_time},
+                  {"images_per_s", total_time > 0 ? static_cast<double>(images_seen) / total_time : 0.0},
+                  {"final_test_accuracy", accuracy},
+                  {"best_test_accuracy", best_accuracy},
+                  {"steps_skipped", scaler.steps_skipped()},
+                  {"final_loss_scale", scaler.get_scale()}};
+  json peak = json::object();
+  for (int i = 0; i < kNumMemoryCategories; ++i) {
+    peak[memory_category_name(static_cast<MemoryCategory>(i))] = memory.by_category[i].peak;
+  }
+  summary["peak_memory_bytes"] = peak;
+  write_file_atomically(c.out_dir + "/summary.json", summary.dump(2) + "\n");
+  std::cout << "\n"
+            << std::left << std::setw(24) << "precision" << c.precision << (c.half_params ? " (half params)" : "") << "\n"
+            << std::setw(24) << "epochs" << epochs_done << "\n"
+            << std::setw(24) << "time" << format_duration(total_time) << "\n"
+            << std::setw(24) << "images/s" << std::setprecision(0) << summary["images_per_s"].get<double>() << "\n"
+            << std::setw(24) << "final test accuracy" << std::setprecision(2) << 100.0 * accuracy << "%\n"
+            << std::setw(24) << "best test accuracy" << 100.0 * best_accuracy << "%\n"
+            << std::setw(24) << "steps skipped" << scaler.steps_skipped() << "\n"
+            << std::setw(24) << "final loss scale" << std::setprecision(0) << scaler.get_scale() << "\n"
+            << "peak memory by category:\n"
+            << memory.str() << "outputs in " << c.out_dir << " (metrics.jsonl, summary.json, checkpoint)\n";
+  return accuracy;
+}
+
+}  // namespace demi::train

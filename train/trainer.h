@@ -1,0 +1,46 @@
+// Trainer: train_cifar's loop. It owns the model, optimizer, scaler, schedule and data loaders,
+// runs amp::TrainStep per batch, evaluates, logs metrics.jsonl, checkpoints every epoch and
+// prints a progress line and a summary. The CLI in train_cifar.cpp only fills TrainerConfig.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "framework/core/device.h"
+#include "framework/core/dtype.h"
+
+namespace demi::train {
+
+struct TrainerConfig {
+  std::string precision = "fp32";  // fp32 | bf16 | fp16
+  Device device = Device::cpu();
+  std::string model = "SmallCNN";
+  std::string data_dir;
+  int epochs = 15;
+  int64_t batch_size = 128;
+  double lr = 0.05;
+  std::string optimizer = "sgd";     // sgd | adamw
+  std::string schedule = "onecycle";  // onecycle | cosine | step | none
+  double label_smoothing = 0.0;
+  bool half_params = false;          // model weights in the half dtype, fp32 masters in the optimizer
+  std::string loss_scale = "dynamic";  // dynamic | none | <number>
+  double clip = 0.0;
+  int accum = 1;
+  uint64_t seed = 0;
+  std::string out_dir = "runs/latest";
+  std::string resume_dir;
+  bool eval_only = false;
+  int64_t train_subset = 0;  // 0: all
+  int64_t test_subset = 0;
+  int threads = 0;           // 0: all cores
+  int log_every = 50;
+};
+
+// Set by the SIGINT handler: the loop stops after the current step, checkpoints and returns.
+extern std::atomic<bool> g_stop_requested;
+
+// Runs training (or evaluation) as configured; returns the final test accuracy in [0, 1].
+double run_training(const TrainerConfig& config);
+
+}  // namespace demi::train
