@@ -1,0 +1,65 @@
+// DataLoader: shuffles, gathers, augments (random crop with zero padding, horizontal flip, cutout)
+// and normalises batches on a background thread, a bounded queue ahead of the training loop.
+// Every random choice derives from (seed, epoch, batch index), never from timing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "datasets/dataset.h"
+
+namespace demi::data {
+
+// Per-channel (R, G, B) statistics of pixel / 255.
+struct Normalization {
+  float mean[3];
+  float std[3];
+};
+// CIFAR-10 train-set statistics: mean (0.4914, 0.4822, 0.4465), std (0.2470, 0.2435, 0.2616).
+extern const Normalization kCifar10Normalization;
+
+struct AugmentOptions {
+  int crop_padding = 4;  // random 32x32 crop of the image zero-padded (black) by this many pixels
+  bool flip = true;      // horizontal flip with probability 1/2
+  int cutout = 0;        // side of a square set to 0 after normalisation (the mean colour); 0 = off
+};
+
+struct Batch {
+  Tensor images;  // [B, 3, 32, 32] normalised, dtype Options::dtype
+  Tensor labels;  // I64 [B]
+};
+
+class DataLoader {
+ public:
+  struct Options {
+    int64_t batch_size = 128;
+    bool shuffle = true;
+    bool augment = false;
+    AugmentOptions augmentation;
+    bool drop_last = false;  // drop the final short batch
+    uint64_t seed = 0;
+    int prefetch_batches = 4;  // queue bound: batches prepared ahead of next()
+    Normalization normalization = kCifar10Normalization;
+    DType dtype = DType::F32;  // of Batch::images: F32, F16 or BF16
+  };
+
+  DataLoader(Dataset data, const Options& options);
+  ~DataLoader();  // stops and joins the worker, mid-epoch included
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Starts (or restarts) an epoch: its order and augmentation derive from (seed, epoch), so a run
+  // resumed at epoch e sees the same batches as one that never stopped.
+  void start_epoch(int64_t epoch);
+  // The next batch of the epoch, or false at its end. Rethrows an error raised by the worker.
+  bool next(Batch& out);
+  int64_t batches_per_epoch() const;
+  int64_t size() const;  // examples in the dataset
+  const Dataset& dataset() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace demi::data

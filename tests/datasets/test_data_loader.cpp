@@ -1,0 +1,322 @@
+// DataLoader: every example once per epoch, order and augmentation fixed by (seed, epoch), exact
+// normalisation, crop/flip/cutout geometry, batches in order from the background thread, worker
+// errors surfacing in next(), and clean shutdown mid-epoch.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "datasets/data_loader.h"
+
+namespace demi::data {
+namespace {
+
+using testing::HasSubstr;
+
+// n examples, label = index (no class list, so any label >= 0 is valid); random pixels in
+// [1, 255], never 0, so that zero padding is recognisable.
+Dataset indexed(int64_t n, uint64_t seed = 3) {
+  Dataset d;
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  std::iota(labels.begin(), labels.end(), int64_t{0});
+  d.labels = tensor(labels, {n});
+  d.images = empty({n, 3, 32, 32}, DType::U8);
+  uint8_t* p = d.images.data<uint8_t>();
+  uint64_t s = seed;
+  for (int64_t i = 0; i < d.images.numel(); ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = static_cast<uint8_t>(1 + (s >> 33) % 255);
+  }
+  return d;
+}
+
+float normalised(uint8_t v, int c, const Normalization& norm = kCifar10Normalization) {
+  return (static_cast<float>(v) / 255.0f - norm.mean[c]) / norm.std[c];
+}
+
+struct Epoch {
+  std::vector<std::vector<int64_t>> labels;
+  std::vector<std::vector<float>> images;
+};
+
+Epoch run_epoch(DataLoader& loader, int64_t epoch) {
+  Epoch out;
+  loader.start_epoch(epoch);
+  Batch b;
+  while (loader.next(b)) {
+    out.labels.push_back(b.labels.to_vector<int64_t>());
+    out.images.push_back(b.images.to_vector<float>());
+  }
+  return out;
+}
+
+std::vector<int64_t> flat(const Epoch& e) {
+  std::vector<int64_t> all;
+  for (const auto& l : e.labels) all.insert(all.end(), l.begin(), l.end());
+  return all;
+}
+
+TEST(DataLoader, EveryExampleOncePerEpoch) {
+  DataLoader::Options o;
+  o.batch_size = 64;
+  o.augment = true;
+  DataLoader loader(indexed(1000), o);
+  EXPECT_EQ(loader.size(), 1000);
+  EXPECT_EQ(loader.batches_per_epoch(), 16);
+  for (int64_t epoch : {0, 1}) {
+    const Epoch e = run_epoch(loader, epoch);
+    ASSERT_EQ(e.labels.size(), 16u);
+    EXPECT_EQ(e.labels.back().size(), 1000u - 15 * 64) << "the short last batch is kept";
+    std::vector<int64_t> all = flat(e);
+    EXPECT_NE(all, [] { std::vector<int64_t> v(1000); std::iota(v.begin(), v.end(), 0); return v; }()) << "shuffled";
+    std::sort(all.begin(), all.end());
+    for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(all[static_cast<size_t>(i)], i) << "epoch " << epoch;
+  }
+}
+
+TEST(DataLoader, SameSeedAndEpochGiveIdenticalBatches) {
+  DataLoader::Options o;
+  o.batch_size = 50;
+  o.augment = true;
+  o.augmentation.cutout = 8;
+  o.seed = 42;
+  DataLoader a(indexed(300), o), b(indexed(300), o);
+  const Epoch a2 = run_epoch(a, 2);
+  run_epoch(b, 0);  // b reaches epoch 2 by another path: resuming must not matter
+  const Epoch b2 = run_epoch(b, 2);
+  EXPECT_EQ(a2.labels, b2.labels);
+  EXPECT_EQ(a2.images, b2.images);
+
+  const Epoch a3 = run_epoch(a, 3);
+  EXPECT_NE(flat(a2), flat(a3)) << "a different epoch gives a different order";
+  o.seed = 43;
+  DataLoader c(indexed(300), o);
+  EXPECT_NE(flat(run_epoch(c, 2)), flat(a2)) << "a different seed gives a different order";
+}
+
+TEST(DataLoader, NormalisesExactlyWithoutAugmentation) {
+  const Dataset d = indexed(10);
+  DataLoader::Options o;
+  o.batch_size = 4;
+  o.shuffle = false;
+  DataLoader loader(d, o);
+  loader.start_epoch(0);
+  Batch b;
+  ASSERT_TRUE(loader.next(b));
+  EXPECT_EQ(b.images.shape(), (Shape{4, 3, 32, 32}));
+  EXPECT_EQ(b.images.dtype(), DType::F32);
+  EXPECT_EQ(b.labels.shape(), (Shape{4}));
+  const std::vector<float> x = b.images.to_vector<float>();
+  const uint8_t* src = d.images.data<uint8_t>();
+  for (size_t k = 0; k < x.size(); ++k) ASSERT_FLOAT_EQ(x[k], normalised(src[k], static_cast<int>((k / 1024) % 3))) << k;
+  // A known pixel: 255 in the red channel is (1 - 0.4914) / 0.2470.
+  Dataset white = indexed(1);
+  std::memset(white.images.data<uint8_t>(), 255, 3072);
+  DataLoader w(white, o);
+  w.start_epoch(0);
+  ASSERT_TRUE(w.next(b));
+  EXPECT_NEAR(b.images.to_vector<float>()[0], (1.0f - 0.4914f) / 0.2470f, 1e-6f);
+  EXPECT_NEAR(b.images.to_vector<float>()[2048], (1.0f - 0.4465f) / 0.2616f, 1e-6f);
+}
+
+// The (dy, dx, flip) that maps `src` onto `out` (one image, channel 0), or nothing.
+bool find_crop(const uint8_t* src, const float* out, int pad, bool* flipped) {
+  for (int flip = 0; flip < 2; ++flip)
+    for (int dy = -pad; dy <= pad; ++dy)
+      for (int dx = -pad; dx <= pad; ++dx) {
+        bool match = true;
+        for (int c = 0; c < 3 && match; ++c)
+          for (int y = 0; y < 32 && match; ++y)
+            for (int x = 0; x < 32 && match; ++x) {
+              const int sy = y + dy, sx = (flip ? 31 - x : x) + dx;
+              const uint8_t v = sy >= 0 && sy < 32 && sx >= 0 && sx < 32 ? src[c * 1024 + sy * 32 + sx] : 0;
+              match = out[c * 1024 + y * 32 + x] == normalised(v, c);
+            }
+        if (match) {
+          *flipped = flip;
+          return true;
+        }
+      }
+  return false;
+}
+
+TEST(DataLoader, AugmentationIsACropOfThePaddedImageMaybeFlipped) {
+  const Dataset d = indexed(64);
+  DataLoader::Options o;
+  o.batch_size = 64;
+  o.augment = true;
+  DataLoader loader(d, o);
+  loader.start_epoch(0);
+  Batch b;
+  ASSERT_TRUE(loader.next(b));
+  EXPECT_EQ(b.images.shape(), (Shape{64, 3, 32, 32}));
+  const std::vector<float> x = b.images.to_vector<float>();
+  const std::vector<int64_t> labels = b.labels.to_vector<int64_t>();
+  int flips = 0, padded = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    bool flipped = false;
+    const float* out = x.data() + i * 3072;
+    ASSERT_TRUE(find_crop(d.images.data<uint8_t>() + labels[i] * 3072, out, 4, &flipped)) << "image " << i;
+    flips += flipped;
+    padded += std::count(out, out + 1024, normalised(0, 0)) > 0;
+  }
+  EXPECT_GT(flips, 10);
+  EXPECT_LT(flips, 54);
+  EXPECT_GT(padded, 32) << "most crops reach into the zero padding";
+}
+
+TEST(DataLoader, CutoutZeroesOneSquare) {
+  DataLoader::Options o;
+  o.batch_size = 32;
+  o.augment = true;
+  o.augmentation = {0, false, 8};  // no crop, no flip: only cutout
+  const Dataset d = indexed(32);
+  DataLoader loader(d, o);
+  loader.start_epoch(0);
+  Batch b;
+  ASSERT_TRUE(loader.next(b));
+  const std::vector<float> x = b.images.to_vector<float>();
+  const std::vector<int64_t> labels = b.labels.to_vector<int64_t>();
+  int full_squares = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const uint8_t* src = d.images.data<uint8_t>() + labels[i] * 3072;
+    int y0 = 32, y1 = -1, x0 = 32, x1 = -1, zeros = 0;
+    for (int y = 0; y < 32; ++y)
+      for (int xx = 0; xx < 32; ++xx) {
+        const float v = x[i * 3072 + static_cast<size_t>(y * 32 + xx)];
+        if (v == 0.0f) {
+          ++zeros;
+          y0 = std::min(y0, y), y1 = std::max(y1, y), x0 = std::min(x0, xx), x1 = std::max(x1, xx);
+        } else {
+          ASSERT_EQ(v, normalised(src[y * 32 + xx], 0));
+        }
+      }
+    ASSERT_GT(zeros, 0) << "image " << i;
+    EXPECT_EQ(zeros, (y1 - y0 + 1) * (x1 - x0 + 1)) << "a rectangle (clipped square)";
+    EXPECT_LE(y1 - y0 + 1, 8);
+    EXPECT_LE(x1 - x0 + 1, 8);
+    full_squares += zeros == 64;
+  }
+  EXPECT_GT(full_squares, 0);
+}
+
+TEST(DataLoader, HalfOutputsAreTheRoundedFloatOnes) {
+  DataLoader::Options o;
+  o.batch_size = 16;
+  o.augment = true;
+  DataLoader f32(indexed(16), o);
+  o.dtype = DType::BF16;
+  DataLoader bf16(indexed(16), o);
+  o.dtype = DType::F16;
+  DataLoader f16(indexed(16), o);
+  Batch a, b, c;
+  f32.start_epoch(1), bf16.start_epoch(1), f16.start_epoch(1);
+  ASSERT_TRUE(f32.next(a) && bf16.next(b) && f16.next(c));
+  EXPECT_EQ(b.images.dtype(), DType::BF16);
+  EXPECT_EQ(c.images.dtype(), DType::F16);
+  EXPECT_EQ(a.images.to(DType::BF16).to_vector<float>(), b.images.to_vector<float>());
+  EXPECT_EQ(a.images.to(DType::F16).to_vector<float>(), c.images.to_vector<float>());
+}
+
+TEST(DataLoader, BackgroundThreadKeepsOrder) {
+  const Dataset d = indexed(100);
+  DataLoader::Options o;
+  o.batch_size = 7;
+  o.shuffle = false;
+  o.prefetch_batches = 2;
+  DataLoader loader(d, o);
+  loader.start_epoch(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the queue fill up
+  Batch b;
+  int64_t next_label = 0, batches = 0;
+  while (loader.next(b)) {
+    ++batches;
+    for (const int64_t l : b.labels.to_vector<int64_t>()) EXPECT_EQ(l, next_label++);
+    const int64_t first = b.labels.to_vector<int64_t>()[0];
+    EXPECT_EQ(b.images.to_vector<float>()[5], normalised(d.images.data<uint8_t>()[first * 3072 + 5], 0));
+  }
+  EXPECT_EQ(batches, 15);
+  EXPECT_EQ(next_label, 100);
+  EXPECT_FALSE(loader.next(b)) << "stays at the end until the next start_epoch";
+}
+
+TEST(DataLoader, DropLast) {
+  DataLoader::Options o;
+  o.batch_size = 32;
+  o.drop_last = true;
+  DataLoader loader(indexed(100), o);
+  EXPECT_EQ(loader.batches_per_epoch(), 3);
+  const Epoch e = run_epoch(loader, 0);
+  ASSERT_EQ(e.labels.size(), 3u);
+  for (const auto& l : e.labels) EXPECT_EQ(l.size(), 32u);
+  o.drop_last = false;
+  EXPECT_EQ(DataLoader(indexed(100), o).batches_per_epoch(), 4);
+  o.drop_last = true;
+  o.batch_size = 128;
+  DataLoader none(indexed(100), o);
+  EXPECT_EQ(none.batches_per_epoch(), 0);
+  EXPECT_TRUE(run_epoch(none, 0).labels.empty());
+}
+
+TEST(DataLoader, WorkerErrorsSurfaceInNextAfterTheGoodBatches) {
+  Dataset d = indexed(500);
+  d.classes = std::vector<std::string>(500, "x");
+  d.classes.resize(400);  // labels 400..499 are out of range; 300 is the first in unshuffled order
+  d.labels.data<int64_t>()[300] = 1000;
+  DataLoader::Options o;
+  o.batch_size = 100;
+  o.shuffle = false;
+  DataLoader loader(d, o);
+  loader.start_epoch(0);
+  Batch b;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(loader.next(b)) << "batch " << i;
+  try {
+    loader.next(b);
+    ADD_FAILURE() << "expected the worker's error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("example 300 has label 1000"));
+  }
+  EXPECT_FALSE(loader.next(b));
+}
+
+TEST(DataLoader, StopsCleanlyMidEpoch) {
+  DataLoader::Options o;
+  o.batch_size = 10;
+  o.prefetch_batches = 1;
+  for (int k = 0; k < 20; ++k) {
+    DataLoader loader(indexed(200), o);
+    loader.start_epoch(0);
+    Batch b;
+    ASSERT_TRUE(loader.next(b));
+    if (k % 2) loader.start_epoch(1);  // restart while the worker waits on a full queue
+  }  // destroyed with the worker blocked: must join, not hang
+  DataLoader never_started(indexed(10), o);
+}
+
+TEST(DataLoader, MisuseIsAnError) {
+  DataLoader::Options o;
+  DataLoader loader(indexed(10), o);
+  Batch b;
+  EXPECT_THAT([&] { try { loader.next(b); } catch (const Error& e) { return std::string(e.what()); } return std::string(); }(),
+              HasSubstr("call start_epoch"));
+  o.batch_size = 0;
+  EXPECT_THROW(DataLoader(indexed(10), o), Error);
+  o.batch_size = 8;
+  o.dtype = DType::I64;
+  EXPECT_THROW(DataLoader(indexed(10), o), Error);
+  Dataset wrong = indexed(10);
+  wrong.images = zeros({10, 3, 28, 28}, DType::U8);
+  try {
+    DataLoader bad(wrong, DataLoader::Options{});
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("[10, 3, 28, 28]"));
+  }
+}
+
+}  // namespace
+}  // namespace demi::data
