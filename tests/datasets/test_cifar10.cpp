@@ -12,6 +12,7 @@
 #include <random>
 
 #include "datasets/cifar10.h"
+#include "support/error_of.h"
 
 namespace demi::data {
 namespace {
@@ -19,14 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 struct TempDir {
   fs::path path;

@@ -7,6 +7,7 @@
 
 #include "framework/demi/demi.h"
 #include "train/safetensors.h"
+#include "support/error_of.h"
 
 namespace demi {
 namespace {
@@ -15,14 +16,7 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("demi_test_" + name)).string();
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(Safetensors, RoundTripsEveryDtype) {
   const std::string path = temp_path("roundtrip.safetensors");

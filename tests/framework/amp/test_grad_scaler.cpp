@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "framework/demi/demi.h"
+#include "support/error_of.h"
 
 namespace demi {
 namespace {
@@ -14,14 +15,7 @@ namespace {
 using amp::GradScaler;
 using testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 optim::SGD sgd(const std::vector<Tensor>& params, double lr, double momentum = 0.0) {
   optim::SGD::Options o;

@@ -6,20 +6,14 @@
 #include <sstream>
 
 #include "framework/demi/demi.h"
+#include "support/error_of.h"
 
 namespace demi {
 namespace {
 
 using testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(Tensor, FactoriesAndAccessors) {
   const Tensor t = tensor({1, 2, 3, 4, 5, 6}, {2, 3});
