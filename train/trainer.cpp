@@ -176,6 +176,7 @@ double run_training(const TrainerConfig& c) {
   // Resume
   int first_epoch = 0;
   int64_t step = 0;
+  int64_t resume_batches = 0;  // batches of first_epoch already trained (a Ctrl-C mid-epoch)
   double best_accuracy = 0.0;
   const std::string resume = c.resume_dir;
   if (!resume.empty()) {
@@ -198,6 +199,7 @@ double run_training(const TrainerConfig& c) {
     if (scaler.is_enabled()) scaler.load_state_dict(state.at("scaler").get<std::map<std::string, double>>());
     first_epoch = state.at("epochs_done").get<int>();
     step = state.at("step").get<int64_t>();
+    resume_batches = state.value("batches_done_in_epoch", int64_t{0});
     best_accuracy = state.value("best_accuracy", 0.0);
     if (schedule) {
       for (int64_t i = 0; i < step; ++i) schedule->step();
@@ -206,6 +208,7 @@ double run_training(const TrainerConfig& c) {
   }
 
   const std::string checkpoint_dir = c.out_dir;
+  int64_t batches_done_in_epoch = 0;
   auto save_checkpoint = [&](int epochs_done) {
     save_safetensors(checkpoint_dir + "/model.safetensors", model->state_dict(), {{"format", "pt"}});
     std::map<std::string, Tensor> opt_state;
@@ -213,7 +216,8 @@ double run_training(const TrainerConfig& c) {
     if (auto* adamw = dynamic_cast<optim::AdamW*>(opt.get())) opt_state = adamw->state_dict();
     save_safetensors(checkpoint_dir + "/optimizer.safetensors", opt_state);
     json state = {{"model", c.model}, {"precision", c.precision}, {"epochs_done", epochs_done}, {"step", step},
-                  {"best_accuracy", best_accuracy}, {"seed", c.seed}, {"scaler", scaler.state_dict()},
+                  {"batches_done_in_epoch", batches_done_in_epoch}, {"best_accuracy", best_accuracy},
+                  {"seed", c.seed}, {"scaler", scaler.state_dict()},
                   {"lr", opt->lr(0)}};
     write_file_atomically(checkpoint_dir + "/state.json", state.dump(2) + "\n");
   };
@@ -243,6 +247,8 @@ double run_training(const TrainerConfig& c) {
     }
   });
 
+  // Ctrl-C or --max-steps: finish the current step, checkpoint, return.
+  auto stop_requested = [&] { return g_stop_requested.load() || (c.max_steps > 0 && step >= c.max_steps); };
   reset_peak_memory_stats(device);
   const auto run_start = Clock::now();
   int64_t images_seen = 0;
@@ -250,13 +256,18 @@ double run_training(const TrainerConfig& c) {
   int epochs_done = first_epoch;
   std::cout << c.model << " " << c.precision << (c.half_params ? " (half params)" : "") << " on " << device << ", "
             << c.epochs << " epochs of " << steps_per_epoch << " steps, batch " << c.batch_size << "\n";
-  for (int epoch = first_epoch; epoch < c.epochs && !g_stop_requested; ++epoch) {
+  for (int epoch = first_epoch; epoch < c.epochs && !stop_requested(); ++epoch) {
     train_loader.start_epoch(epoch);
     const auto epoch_start = Clock::now();
     double loss_sum = 0.0;
     int64_t batch_index = 0, epoch_images = 0;
     data::Batch batch;
-    while (!g_stop_requested && train_loader.next(batch)) {
+    // Resuming inside an epoch: its batch order is fixed by (seed, epoch), so skipping the batches
+    // already trained puts the run exactly where it stopped.
+    for (; epoch == first_epoch && batch_index < resume_batches && train_loader.next(batch); ++batch_index) {
+    }
+    const int64_t first_batch = batch_index;
+    while (!stop_requested() && train_loader.next(batch)) {
       const auto step_start = Clock::now();
       const Tensor images = batch.images.to(device), labels = batch.labels.to(device);
       const int64_t micro = c.batch_size / c.accum;
@@ -281,10 +292,13 @@ double run_training(const TrainerConfig& c) {
                 << "\n";
         metrics.flush();
       }
-      const double eta = (steps_per_epoch - batch_index) * seconds_since(epoch_start) / static_cast<double>(batch_index);
+      batches_done_in_epoch = batch_index;
+      const double eta = (steps_per_epoch - batch_index) * seconds_since(epoch_start) /
+                         static_cast<double>(batch_index - first_batch);
       std::ostringstream line;
       line << "epoch " << epoch + 1 << "/" << c.epochs << " " << std::setw(4) << batch_index << "/" << steps_per_epoch
-           << " loss " << std::fixed << std::setprecision(4) << loss_sum / static_cast<double>(batch_index) << " "
+           << " loss " << std::fixed << std::setprecision(4) << loss_sum / static_cast<double>(batch_index - first_batch)
+           << " "
            << std::setprecision(0) << ips << " img/s scale " << scaler.get_scale() << " ETA " << format_duration(eta);
       if (tty) {
         std::cout << "\r" << line.str() << std::flush;
@@ -293,16 +307,18 @@ double run_training(const TrainerConfig& c) {
       }
     }
     if (tty) std::cout << "\n";
-    if (g_stop_requested) {
-      std::cout << "stopping on Ctrl-C: epoch " << epoch + 1 << " is incomplete and will be rerun on --resume\n";
+    if (stop_requested() && batch_index < steps_per_epoch) {
+      std::cout << "stopping after step " << step << " (epoch " << epoch + 1 << ", batch " << batch_index
+                << "); --resume " << c.out_dir << " continues from there\n";
       break;
     }
     accuracy = evaluate(*model, test_loader, device, dtype);
     best_accuracy = std::max(best_accuracy, accuracy);
     epochs_done = epoch + 1;
+    batches_done_in_epoch = 0;
     const double epoch_time = seconds_since(epoch_start);
     json record = {{"type", "epoch"}, {"epoch", epoch}, {"step", step},
-                   {"train_loss", batch_index ? loss_sum / static_cast<double>(batch_index) : 0.0},
+                   {"train_loss", batch_index > first_batch ? loss_sum / static_cast<double>(batch_index - first_batch) : 0.0},
                    {"test_accuracy", accuracy}, {"lr", opt->lr(0)}, {"loss_scale", scaler.get_scale()},
                    {"skipped_steps", scaler.steps_skipped()},
                    {"images_per_s", static_cast<double>(epoch_images) / epoch_time}, {"epoch_time_s", epoch_time},
@@ -313,7 +329,7 @@ double run_training(const TrainerConfig& c) {
               << std::setprecision(1) << epoch_time << " s)\n";
     save_checkpoint(epochs_done);
   }
-  if (g_stop_requested) save_checkpoint(epochs_done);
+  if (batches_done_in_epoch > 0) save_checkpoint(epochs_done);  // stopped inside an epoch
 
   // Summary
   const double total_time = seconds_since(run_start);

@@ -35,6 +35,7 @@ struct TrainerConfig {
   int64_t test_subset = 0;
   int threads = 0;           // 0: all cores
   int log_every = 50;
+  int64_t max_steps = 0;     // stop (and checkpoint, as on Ctrl-C) once this many steps are done; 0: no limit
 };
 
 // Set by the SIGINT handler: the loop stops after the current step, checkpoints and returns.
