@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--report", c.report_dir, "only regenerate DIR/report.html from DIR/metrics.jsonl");
   app.add_option("--max-steps", c.max_steps, "stop after this many steps in all, with a checkpoint (0: no limit)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--log-every", c.log_every, "steps between metrics.jsonl records and plain progress lines")

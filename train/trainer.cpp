@@ -19,6 +19,7 @@
 #include "datasets/cifar10.h"
 #include "framework/demi/demi.h"
 #include "models/small_cnn.h"
+#include "train/report.h"
 #include "train/safetensors.h"
 
 namespace demi::train {
@@ -92,6 +93,11 @@ std::string format_duration(double s) {
 }  // namespace
 
 double run_training(const TrainerConfig& c) {
+  if (!c.report_dir.empty()) {
+    write_report(c.report_dir);
+    std::cout << "wrote " << c.report_dir << "/report.html\n";
+    return 0.0;
+  }
   const DType dtype = compute_dtype(c.precision);
   DEMI_CHECK(c.epochs >= 0 && c.batch_size >= 1 && c.accum >= 1 && c.batch_size % c.accum == 0,
              "--epochs must be >= 0, --batch-size >= 1, and --batch-size divisible by --accum (got ", c.batch_size,
@@ -328,6 +334,7 @@ double run_training(const TrainerConfig& c) {
     std::cout << "epoch " << epoch + 1 << ": test accuracy " << std::setprecision(2) << 100.0 * accuracy << "% ("
               << std::setprecision(1) << epoch_time << " s)\n";
     save_checkpoint(epochs_done);
+    write_report(c.out_dir);
   }
   if (batches_done_in_epoch > 0) save_checkpoint(epochs_done);  // stopped inside an epoch
 
@@ -361,7 +368,7 @@ double run_training(const TrainerConfig& c) {
             << std::setw(24) << "steps skipped" << scaler.steps_skipped() << "\n"
             << std::setw(24) << "final loss scale" << std::setprecision(0) << scaler.get_scale() << "\n"
             << "peak memory by category:\n"
-            << memory.str() << "outputs in " << c.out_dir << " (metrics.jsonl, summary.json, checkpoint)\n";
+            << memory.str() << "outputs in " << c.out_dir << " (metrics.jsonl, report.html, summary.json, checkpoint)\n";
   return accuracy;
 }
 

@@ -35,7 +35,8 @@ struct TrainerConfig {
   int64_t test_subset = 0;
   int threads = 0;           // 0: all cores
   int log_every = 50;
-  int64_t max_steps = 0;     // stop (and checkpoint, as on Ctrl-C) once this many steps are done; 0: no limit
+  int64_t max_steps = 0;
+  std::string report_dir;    // only regenerate DIR/report.html from DIR/metrics.jsonl     // stop (and checkpoint, as on Ctrl-C) once this many steps are done; 0: no limit
 };
 
 // Set by the SIGINT handler: the loop stops after the current step, checkpoints and returns.

@@ -66,6 +66,11 @@ TEST(TrainerData, OneEpochWritesMetricsSummaryAndACheckpointThatResumes) {
   EXPECT_EQ(summary.at("precision"), "fp16");
   EXPECT_EQ(summary.at("epochs"), 1);
   EXPECT_GT(summary.at("peak_memory_bytes").at("saved activations").get<double>(), 0.0);
+  std::ifstream report_file(out / "report.html");
+  const std::string report((std::istreambuf_iterator<char>(report_file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(report.find("<svg"), std::string::npos);
+  EXPECT_NE(report.find("fc.weight"), std::string::npos);  // a heat-map row per layer
+  EXPECT_EQ(report.find("<script"), std::string::npos);    // self-contained: no scripts, no fetches
   const auto weights = train::load_safetensors((out / "model.safetensors").string());
   EXPECT_EQ(weights.at("fc.weight").shape(), (Shape{10, 128}));
 
