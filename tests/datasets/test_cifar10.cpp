@@ -13,6 +13,7 @@
 
 #include "datasets/cifar10.h"
 #include "support/error_of.h"
+#include "support/temp_dir.h"
 
 namespace demi::data {
 namespace {
@@ -22,18 +23,7 @@ using testing::HasSubstr;
 
 using test::error_of;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("demi_test_cifar10_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using test::TempDir;
 
 uint8_t pixel(int file, int record, int byte) { return static_cast<uint8_t>(file * 101 + record * 13 + byte * 7); }
 

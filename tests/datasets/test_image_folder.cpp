@@ -12,6 +12,7 @@
 
 #include "datasets/cifar10.h"
 #include "support/error_of.h"
+#include "support/temp_dir.h"
 
 namespace demi::data {
 namespace {
@@ -21,19 +22,7 @@ using testing::HasSubstr;
 
 using test::error_of;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("demi_test_image_folder_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using test::TempDir;
 
 // --- a minimal PNG encoder: 8-bit, deflate "stored" blocks, no filtering ---
 uint32_t crc32(const uint8_t* p, size_t n) {

@@ -17,19 +17,22 @@ using demi::DType;
 using demi::Shape;
 using demi::backend::TensorRef;
 
-// Host storage behind a TensorRef; values go in and out as double, through demi::Half and
-// demi::BFloat16 (an implementation independent of the backend's Eigen conversions).
-class HostTensor {
- public:
-  HostTensor(Shape shape, DType dtype)
-      : shape_(std::move(shape)),
-        dtype_(dtype),
-        storage_(static_cast<size_t>(demi::shape_numel(shape_)) * demi::dtype_size(dtype) / 8 + 1) {}
-  TensorRef ref() { return TensorRef{storage_.data(), shape_, dtype_}; }
-  int64_t numel() const { return demi::shape_numel(shape_); }
+// Host storage behind a TensorRef, in any dtype; values go in and out as double, through
+// demi::Half and demi::BFloat16 (an implementation independent of the backend's Eigen
+// conversions), so references are computed from the very values the kernel sees.
+struct HostTensor {
+  DType dtype;
+  Shape shape;
+  std::vector<double> storage;  // doubles: 8-byte alignment for every dtype
+
+  HostTensor(DType d, Shape s)
+      : dtype(d), shape(std::move(s)), storage(static_cast<size_t>(demi::shape_numel(shape)) * demi::dtype_size(d) / 8 + 1) {}
+  HostTensor(Shape s, DType d) : HostTensor(d, std::move(s)) {}
+  TensorRef ref() { return TensorRef{storage.data(), shape, dtype}; }
+  int64_t numel() const { return demi::shape_numel(shape); }
   void set(int64_t i, double v) {
-    void* p = storage_.data();
-    switch (dtype_) {
+    void* p = storage.data();
+    switch (dtype) {
       case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
       case DType::F64: static_cast<double*>(p)[i] = v; break;
       case DType::F16: static_cast<demi::Half*>(p)[i] = demi::Half(static_cast<float>(v)); break;
@@ -39,8 +42,8 @@ class HostTensor {
     }
   }
   double get(int64_t i) const {
-    const void* p = storage_.data();
-    switch (dtype_) {
+    const void* p = storage.data();
+    switch (dtype) {
       case DType::F32: return static_cast<const float*>(p)[i];
       case DType::F64: return static_cast<const double*>(p)[i];
       case DType::F16: return static_cast<float>(static_cast<const demi::Half*>(p)[i]);
@@ -50,21 +53,21 @@ class HostTensor {
     }
     return 0.0;
   }
-  // Fills with uniform values in [lo, hi), then reads them back so callers see the stored values.
-  std::vector<double> randomize(std::mt19937& rng, double lo, double hi) {
+  void fill(double v) {
+    for (int64_t i = 0; i < numel(); ++i) set(i, v);
+  }
+  // Uniform values in [lo, hi), rounded to the dtype.
+  void fill_random(std::mt19937& rng, double lo = -1.0, double hi = 1.0) {
     std::uniform_real_distribution<double> dist(lo, hi);
+    for (int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
+  }
+  // fill_random, returning the stored values.
+  std::vector<double> randomize(std::mt19937& rng, double lo, double hi) {
+    fill_random(rng, lo, hi);
     std::vector<double> values(static_cast<size_t>(numel()));
-    for (int64_t i = 0; i < numel(); ++i) {
-      set(i, dist(rng));
-      values[i] = get(i);
-    }
+    for (int64_t i = 0; i < numel(); ++i) values[static_cast<size_t>(i)] = get(i);
     return values;
   }
-
- private:
-  Shape shape_;
-  DType dtype_;
-  std::vector<double> storage_;  // doubles: 8-byte alignment for every dtype
 };
 
 // atol + rtol * |ref|, rtol from the dtype's epsilon (fp16 2^-10, bf16 2^-7).

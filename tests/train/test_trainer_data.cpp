@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "support/temp_dir.h"
 #include "train/safetensors.h"
 #include "train/trainer.h"
 
@@ -36,8 +37,8 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
 TEST(TrainerData, OneEpochWritesMetricsSummaryAndACheckpointThatResumes) {
   const std::string data = data_dir_or_skip();
   if (data.empty()) GTEST_SKIP() << "CIFAR-10 not found: set DEMI_CIFAR10";
-  const fs::path out = fs::temp_directory_path() / "demi_test_trainer";
-  fs::remove_all(out);
+  const test::TempDir tmp("demi_test_trainer_");
+  const fs::path& out = tmp.path;
   train::TrainerConfig c;
   c.data_dir = data;
   c.precision = "fp16";
@@ -81,16 +82,13 @@ TEST(TrainerData, OneEpochWritesMetricsSummaryAndACheckpointThatResumes) {
   const auto resumed = read_jsonl((out / "metrics.jsonl").string());
   EXPECT_EQ(resumed.back().at("epoch"), 1);
   EXPECT_EQ(resumed.back().at("step"), 20);
-  fs::remove_all(out);
 }
 
 TEST(TrainerData, StoppingMidEpochAndResumingReproducesTheUninterruptedRun) {
   const std::string data = data_dir_or_skip();
   if (data.empty()) GTEST_SKIP() << "CIFAR-10 not found: set DEMI_CIFAR10";
-  const fs::path a = fs::temp_directory_path() / "demi_test_trainer_a";
-  const fs::path b = fs::temp_directory_path() / "demi_test_trainer_b";
-  fs::remove_all(a);
-  fs::remove_all(b);
+  const test::TempDir tmp_a("demi_test_trainer_a_"), tmp_b("demi_test_trainer_b_");
+  const fs::path &a = tmp_a.path, &b = tmp_b.path;
   train::TrainerConfig c;
   c.data_dir = data;
   c.epochs = 1;
@@ -113,8 +111,6 @@ TEST(TrainerData, StoppingMidEpochAndResumingReproducesTheUninterruptedRun) {
   const auto wb = train::load_safetensors((b / "model.safetensors").string());
   ASSERT_EQ(wa.size(), wb.size());
   for (const auto& [name, t] : wa) EXPECT_EQ(t.to_vector<float>(), wb.at(name).to_vector<float>()) << name;
-  fs::remove_all(a);
-  fs::remove_all(b);
 }
 
 }  // namespace

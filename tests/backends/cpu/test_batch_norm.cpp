@@ -9,52 +9,14 @@
 #include <vector>
 
 #include "backends/kernels.h"
+#include "support/host_tensor.h"
 
 namespace demi::backend {
 namespace {
 
-// Host storage of any floating dtype, written and read as double (exactly, for values the dtype
-// holds), so that references are computed from the very values the kernel sees.
-struct Buffer {
-  DType dtype;
-  Shape shape;
-  std::vector<double> storage;  // 8-byte aligned bytes for any element type
-
-  Buffer(DType t, Shape s) : dtype(t), shape(std::move(s)), storage((shape_numel(shape) * dtype_size(t) + 7) / 8 + 1) {}
-  int64_t numel() const { return shape_numel(shape); }
-  TensorRef ref() { return TensorRef{storage.data(), shape, dtype}; }
-  void set(int64_t i, double v) {
-    void* p = storage.data();
-    switch (dtype) {
-      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DType::F64: static_cast<double*>(p)[i] = v; break;
-      case DType::F16: static_cast<Half*>(p)[i] = Half(static_cast<float>(v)); break;
-      case DType::BF16: static_cast<BFloat16*>(p)[i] = BFloat16(static_cast<float>(v)); break;
-      default: FAIL() << "unexpected dtype " << dtype;
-    }
-  }
-  double get(int64_t i) const {
-    const void* p = storage.data();
-    switch (dtype) {
-      case DType::F32: return static_cast<const float*>(p)[i];
-      case DType::F64: return static_cast<const double*>(p)[i];
-      case DType::F16: return static_cast<const Half*>(p)[i];
-      case DType::BF16: return static_cast<const BFloat16*>(p)[i];
-      default: ADD_FAILURE() << "unexpected dtype " << dtype; return 0;
-    }
-  }
-  void fill_random(std::mt19937& rng, double mean, double spread) {
-    std::uniform_real_distribution<double> dist(mean - spread, mean + spread);
-    for (int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
-  }
-  void fill(double v) {
-    for (int64_t i = 0; i < numel(); ++i) set(i, v);
-  }
-};
-
 // atol + rtol * |ref| with rtol the dtype's epsilon (one rounding is half of it); fp32 results
 // carry a few fp32 roundings.
-void expect_close(const Buffer& got, const std::vector<double>& ref, const char* what) {
+void expect_close(const HostTensor& got, const std::vector<double>& ref, const char* what) {
   double rtol = got.dtype == DType::F64 ? 1e-12 : 1e-5;
   if (got.dtype == DType::F16) rtol = std::ldexp(1.0, -10);
   if (got.dtype == DType::BF16) rtol = std::ldexp(1.0, -7);
@@ -100,12 +62,12 @@ void run_case(const Case& cs, DType dtype) {
   const double count = static_cast<double>(n * hw), eps = 1e-5, momentum = 0.1;
   auto at = [&](int64_t ni, int64_t ci, int64_t i) { return (ni * c + ci) * hw + i; };
   std::mt19937 rng(5);
-  Buffer x(dtype, cs.shape), y(dtype, cs.shape), gy(dtype, cs.shape), gx(dtype, cs.shape);
-  Buffer w(sd, {c}), b(sd, {c}), rm(sd, {c}), rv(sd, {c}), save_mean(sd, {c}), save_invstd(sd, {c});
-  Buffer gw(sd, {c}), gb(sd, {c});
-  x.fill_random(rng, cs.mean, cs.spread), gy.fill_random(rng, 0.0, 1.0);
-  w.fill_random(rng, 1.0, 0.5), b.fill_random(rng, 0.0, 0.5);
-  rm.fill_random(rng, 0.0, 0.5), rv.fill_random(rng, 1.0, 0.5);
+  HostTensor x(dtype, cs.shape), y(dtype, cs.shape), gy(dtype, cs.shape), gx(dtype, cs.shape);
+  HostTensor w(sd, {c}), b(sd, {c}), rm(sd, {c}), rv(sd, {c}), save_mean(sd, {c}), save_invstd(sd, {c});
+  HostTensor gw(sd, {c}), gb(sd, {c});
+  x.fill_random(rng, cs.mean - cs.spread, cs.mean + cs.spread), gy.fill_random(rng, -1.0, 1.0);
+  w.fill_random(rng, 0.5, 1.5), b.fill_random(rng, -0.5, 0.5);
+  rm.fill_random(rng, -0.5, 0.5), rv.fill_random(rng, 0.5, 1.5);
   std::vector<double> rm0(c), rv0(c);
   for (int64_t i = 0; i < c; ++i) rm0[i] = rm.get(i), rv0[i] = rv.get(i);
 
@@ -215,8 +177,8 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, BatchNormParity, ::testing::Values(DType::F32, 
 
 TEST(BatchNorm, RejectsBadArguments) {
   Kernels& k = kernels_for(Device::cpu());
-  Buffer x(DType::F16, {4, 3, 2, 2}), y(DType::F16, {4, 3, 2, 2}), w16(DType::F16, {3}), w4(DType::F32, {4});
-  Buffer x3(DType::F32, {4, 3, 2}), one(DType::F32, {1, 3}), y1(DType::F32, {1, 3});
+  HostTensor x(DType::F16, {4, 3, 2, 2}), y(DType::F16, {4, 3, 2, 2}), w16(DType::F16, {3}), w4(DType::F32, {4});
+  HostTensor x3(DType::F32, {4, 3, 2}), one(DType::F32, {1, 3}), y1(DType::F32, {1, 3});
   BatchNormArgs args;
   args.input = x.ref(), args.output = y.ref();
   EXPECT_NO_THROW(k.batch_norm_forward(args));

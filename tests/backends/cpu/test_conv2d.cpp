@@ -9,48 +9,10 @@
 #include <vector>
 
 #include "backends/kernels.h"
+#include "support/host_tensor.h"
 
 namespace demi::backend {
 namespace {
-
-// Host storage of any floating dtype, written and read as double (exactly, for values the dtype
-// holds), so that references are computed from the very values the kernel sees.
-struct Buffer {
-  DType dtype;
-  Shape shape;
-  std::vector<double> storage;  // 8-byte aligned bytes for any element type
-
-  Buffer(DType t, Shape s) : dtype(t), shape(std::move(s)), storage((shape_numel(shape) * dtype_size(t) + 7) / 8 + 1) {}
-  int64_t numel() const { return shape_numel(shape); }
-  TensorRef ref() { return TensorRef{storage.data(), shape, dtype}; }
-  void set(int64_t i, double v) {
-    void* p = storage.data();
-    switch (dtype) {
-      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DType::F64: static_cast<double*>(p)[i] = v; break;
-      case DType::F16: static_cast<Half*>(p)[i] = Half(static_cast<float>(v)); break;
-      case DType::BF16: static_cast<BFloat16*>(p)[i] = BFloat16(static_cast<float>(v)); break;
-      default: FAIL() << "unexpected dtype " << dtype;
-    }
-  }
-  double get(int64_t i) const {
-    const void* p = storage.data();
-    switch (dtype) {
-      case DType::F32: return static_cast<const float*>(p)[i];
-      case DType::F64: return static_cast<const double*>(p)[i];
-      case DType::F16: return static_cast<const Half*>(p)[i];
-      case DType::BF16: return static_cast<const BFloat16*>(p)[i];
-      default: ADD_FAILURE() << "unexpected dtype " << dtype; return 0;
-    }
-  }
-  void fill_random(std::mt19937& rng) {
-    std::uniform_real_distribution<double> dist(-1, 1);
-    for (int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
-  }
-  void fill(double v) {
-    for (int64_t i = 0; i < numel(); ++i) set(i, v);
-  }
-};
 
 // atol + rtol * |ref|: rtol is the output dtype's epsilon (one rounding is half of it); the fp32
 // or fp64 accumulation error grows like sqrt(terms).
@@ -65,7 +27,7 @@ bool close(double got, double ref, DType dtype, int64_t terms, double* bound) {
 }
 
 // Compares got against ref element by element; reports the first few mismatches.
-void expect_close(const Buffer& got, const std::vector<double>& ref, int64_t terms, const char* what) {
+void expect_close(const HostTensor& got, const std::vector<double>& ref, int64_t terms, const char* what) {
   int failures = 0;
   for (int64_t i = 0; i < got.numel(); ++i) {
     double bound;
@@ -113,8 +75,8 @@ void run_case(const Case& cs, DType dtype) {
   SCOPED_TRACE(describe(cs, dtype));
   const int64_t oh = (cs.h + 2 * cs.ph - cs.kh) / cs.sh + 1, ow = (cs.w + 2 * cs.pw - cs.kw) / cs.sw + 1;
   std::mt19937 rng(42);
-  Buffer x(dtype, {cs.n, cs.c, cs.h, cs.w}), w(dtype, {cs.o, cs.c, cs.kh, cs.kw}), b(dtype, {cs.o});
-  Buffer y(dtype, {cs.n, cs.o, oh, ow}), gy(dtype, {cs.n, cs.o, oh, ow});
+  HostTensor x(dtype, {cs.n, cs.c, cs.h, cs.w}), w(dtype, {cs.o, cs.c, cs.kh, cs.kw}), b(dtype, {cs.o});
+  HostTensor y(dtype, {cs.n, cs.o, oh, ow}), gy(dtype, {cs.n, cs.o, oh, ow});
   x.fill_random(rng), w.fill_random(rng), b.fill_random(rng), gy.fill_random(rng);
 
   // Visits every (input element, weight element, output element) triple the convolution links.
@@ -147,7 +109,7 @@ void run_case(const Case& cs, DType dtype) {
     expect_close(y, ref, cs.c * cs.kh * cs.kw, "forward y");
   }
   {  // backward_data
-    Buffer gx(dtype, x.shape);
+    HostTensor gx(dtype, x.shape);
     gx.fill(NAN);
     std::vector<double> ref(gx.numel(), 0.0);
     for_each_tap([&](int64_t xi, int64_t wi, int64_t yi) { ref[xi] += gy.get(yi) * w.get(wi); });
@@ -156,7 +118,7 @@ void run_case(const Case& cs, DType dtype) {
     expect_close(gx, ref, cs.o * cs.kh * cs.kw, "grad_x");
   }
   {  // backward_weight
-    Buffer gw(dtype, w.shape), gb(dtype, {cs.o});
+    HostTensor gw(dtype, w.shape), gb(dtype, {cs.o});
     gw.fill(NAN), gb.fill(NAN);
     std::vector<double> ref(gw.numel(), 0.0), ref_b(cs.o, 0.0);
     for_each_tap([&](int64_t xi, int64_t wi, int64_t yi) { ref[wi] += gy.get(yi) * x.get(xi); });
@@ -181,7 +143,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, Conv2dParity, ::testing::Values(DType::F32, DTy
 TEST(Conv2dHalf, BiasAddedBeforeTheOneRounding) {
   // 1x1 conv over 2 channels: 2^-11 + 2^-22 plus bias 1 is just above the tie between 1 and
   // 1 + 2^-10, so rounding once gives 1 + 2^-10; rounding the product first would give 1.
-  Buffer x(DType::F16, {1, 2, 1, 1}), w(DType::F16, {1, 2, 1, 1}), b(DType::F16, {1}), y(DType::F16, {1, 1, 1, 1});
+  HostTensor x(DType::F16, {1, 2, 1, 1}), w(DType::F16, {1, 2, 1, 1}), b(DType::F16, {1}), y(DType::F16, {1, 1, 1, 1});
   x.set(0, std::ldexp(1.0, -11)), x.set(1, std::ldexp(1.0, -22));
   w.fill(1.0), b.fill(1.0);
   Conv2dArgs args;
@@ -191,7 +153,7 @@ TEST(Conv2dHalf, BiasAddedBeforeTheOneRounding) {
 }
 
 TEST(Conv2dHalf, OverflowBecomesInf) {
-  Buffer x(DType::F16, {1, 1, 1, 1}), w(DType::F16, {1, 1, 1, 1}), y(DType::F16, {1, 1, 1, 1});
+  HostTensor x(DType::F16, {1, 1, 1, 1}), w(DType::F16, {1, 1, 1, 1}), y(DType::F16, {1, 1, 1, 1});
   x.fill(256), w.fill(256);
   Conv2dArgs args;
   args.input = x.ref(), args.weight = w.ref(), args.output = y.ref();
@@ -201,8 +163,8 @@ TEST(Conv2dHalf, OverflowBecomesInf) {
 
 TEST(Conv2d, RejectsBadShapes) {
   Kernels& k = kernels_for(Device::cpu());
-  Buffer x(DType::F32, {2, 3, 8, 8}), w(DType::F32, {4, 3, 3, 3}), y(DType::F32, {2, 4, 6, 6});
-  Buffer w_bad(DType::F32, {4, 2, 3, 3}), y_bad(DType::F32, {2, 4, 8, 8}), x16(DType::F16, {2, 3, 8, 8});
+  HostTensor x(DType::F32, {2, 3, 8, 8}), w(DType::F32, {4, 3, 3, 3}), y(DType::F32, {2, 4, 6, 6});
+  HostTensor w_bad(DType::F32, {4, 2, 3, 3}), y_bad(DType::F32, {2, 4, 8, 8}), x16(DType::F16, {2, 3, 8, 8});
   Conv2dArgs args;
   args.input = x.ref(), args.weight = w.ref(), args.output = y.ref();
   EXPECT_NO_THROW(k.conv2d_forward(args));

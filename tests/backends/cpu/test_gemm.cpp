@@ -9,45 +9,10 @@
 #include <vector>
 
 #include "backends/kernels.h"
+#include "support/host_tensor.h"
 
 namespace demi::backend {
 namespace {
-
-// Host storage of any floating dtype, written and read as double (exactly, for values the dtype
-// holds), so that references are computed from the very values the kernel sees.
-struct Buffer {
-  DType dtype;
-  Shape shape;
-  std::vector<double> storage;  // 8-byte aligned bytes for any element type
-
-  Buffer(DType t, Shape s) : dtype(t), shape(std::move(s)), storage((shape_numel(shape) * dtype_size(t) + 7) / 8 + 1) {}
-  int64_t numel() const { return shape_numel(shape); }
-  TensorRef ref() { return TensorRef{storage.data(), shape, dtype}; }
-  void set(int64_t i, double v) {
-    void* p = storage.data();
-    switch (dtype) {
-      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DType::F64: static_cast<double*>(p)[i] = v; break;
-      case DType::F16: static_cast<Half*>(p)[i] = Half(static_cast<float>(v)); break;
-      case DType::BF16: static_cast<BFloat16*>(p)[i] = BFloat16(static_cast<float>(v)); break;
-      default: FAIL() << "unexpected dtype " << dtype;
-    }
-  }
-  double get(int64_t i) const {
-    const void* p = storage.data();
-    switch (dtype) {
-      case DType::F32: return static_cast<const float*>(p)[i];
-      case DType::F64: return static_cast<const double*>(p)[i];
-      case DType::F16: return static_cast<const Half*>(p)[i];
-      case DType::BF16: return static_cast<const BFloat16*>(p)[i];
-      default: ADD_FAILURE() << "unexpected dtype " << dtype; return 0;
-    }
-  }
-  void fill_random(std::mt19937& rng, double lo = -1, double hi = 1) {
-    std::uniform_real_distribution<double> dist(lo, hi);
-    for (int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
-  }
-};
 
 // atol + rtol * |ref|: rtol is the output dtype's epsilon (one rounding is half of it) and the
 // compute type's error grows like sqrt(k) for a k-term dot product.
@@ -84,7 +49,7 @@ void run_case(const Case& cs, DType dtype) {
   const DType c_dtype = cs.wide_c && is_half(dtype) ? DType::F32 : dtype;
   const int64_t mk = cs.m * cs.k, kn = cs.k * cs.n, mn = cs.m * cs.n;
   const int64_t na = cs.shared_a ? 1 : cs.batch, nb = cs.shared_b ? 1 : cs.batch;
-  Buffer a(dtype, {na, mk}), b(dtype, {nb, kn}), c(c_dtype, {cs.batch, mn}), bias(dtype, {cs.n});
+  HostTensor a(dtype, {na, mk}), b(dtype, {nb, kn}), c(c_dtype, {cs.batch, mn}), bias(dtype, {cs.n});
   a.fill_random(rng);
   b.fill_random(rng);
   c.fill_random(rng);
@@ -167,7 +132,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GemmParity, ::testing::Values(DType::F32, DType
 double dot_half(DType dtype, const std::vector<double>& a, const std::vector<double>& b, double c_old = 0,
                 double beta = 0) {
   const int64_t k = static_cast<int64_t>(a.size());
-  Buffer ab(dtype, {1, k}), bb(dtype, {k, 1}), cb(dtype, {1, 1});
+  HostTensor ab(dtype, {1, k}), bb(dtype, {k, 1}), cb(dtype, {1, 1});
   for (int64_t i = 0; i < k; ++i) {
     ab.set(i, a[i]);
     bb.set(i, b[i]);
@@ -213,7 +178,7 @@ TEST(GemmHalf, OverflowBecomesInf) {
 }
 
 TEST(Gemm, BetaZeroIgnoresNanInC) {
-  Buffer a(DType::F32, {2, 2}), b(DType::F32, {2, 2}), c(DType::F32, {2, 2});
+  HostTensor a(DType::F32, {2, 2}), b(DType::F32, {2, 2}), c(DType::F32, {2, 2});
   for (int i = 0; i < 4; ++i) a.set(i, 1), b.set(i, 1), c.set(i, NAN);
   GemmArgs args;
   args.a = a.ref(), args.b = b.ref(), args.c = c.ref();
@@ -224,12 +189,12 @@ TEST(Gemm, BetaZeroIgnoresNanInC) {
 
 TEST(Gemm, RejectsBadArguments) {
   Kernels& k = kernels_for(Device::cpu());
-  Buffer a(DType::F32, {4, 4}), b(DType::F16, {4, 4}), c(DType::F32, {4, 4}), small(DType::F32, {3});
+  HostTensor a(DType::F32, {4, 4}), b(DType::F16, {4, 4}), c(DType::F32, {4, 4}), small(DType::F32, {3});
   GemmArgs args;
   args.a = a.ref(), args.b = b.ref(), args.c = c.ref();
   args.m = args.n = args.k = 4;
   EXPECT_THROW(k.gemm(args), Error);  // A and B dtypes differ
-  Buffer b32(DType::F32, {4, 4});
+  HostTensor b32(DType::F32, {4, 4});
   args.b = b32.ref();
   args.c = small.ref();
   EXPECT_THROW(k.gemm(args), Error);  // C too small

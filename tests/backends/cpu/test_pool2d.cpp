@@ -9,54 +9,13 @@
 #include <vector>
 
 #include "backends/kernels.h"
+#include "support/host_tensor.h"
 
 namespace demi::backend {
 namespace {
 
-// Host storage of any dtype, written and read as double (exactly, for values the dtype holds), so
-// that references are computed from the very values the kernel sees.
-struct Buffer {
-  DType dtype;
-  Shape shape;
-  std::vector<double> storage;  // 8-byte aligned bytes for any element type
-
-  Buffer(DType t, Shape s) : dtype(t), shape(std::move(s)), storage((shape_numel(shape) * dtype_size(t) + 7) / 8 + 1) {}
-  int64_t numel() const { return shape_numel(shape); }
-  TensorRef ref() { return TensorRef{storage.data(), shape, dtype}; }
-  void set(int64_t i, double v) {
-    void* p = storage.data();
-    switch (dtype) {
-      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DType::F64: static_cast<double*>(p)[i] = v; break;
-      case DType::F16: static_cast<Half*>(p)[i] = Half(static_cast<float>(v)); break;
-      case DType::BF16: static_cast<BFloat16*>(p)[i] = BFloat16(static_cast<float>(v)); break;
-      case DType::I64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-      case DType::U8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    }
-  }
-  double get(int64_t i) const {
-    const void* p = storage.data();
-    switch (dtype) {
-      case DType::F32: return static_cast<const float*>(p)[i];
-      case DType::F64: return static_cast<const double*>(p)[i];
-      case DType::F16: return static_cast<const Half*>(p)[i];
-      case DType::BF16: return static_cast<const BFloat16*>(p)[i];
-      case DType::I64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-      case DType::U8: return static_cast<const uint8_t*>(p)[i];
-    }
-    return 0;
-  }
-  void fill_random(std::mt19937& rng) {
-    std::uniform_real_distribution<double> dist(-1, 1);
-    for (int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
-  }
-  void fill(double v) {
-    for (int64_t i = 0; i < numel(); ++i) set(i, v);
-  }
-};
-
 // atol + rtol * |ref| with rtol the dtype's epsilon (one rounding is half of it).
-void expect_close(const Buffer& got, const std::vector<double>& ref, const char* what) {
+void expect_close(const HostTensor& got, const std::vector<double>& ref, const char* what) {
   double rtol = got.dtype == DType::F64 ? 1e-13 : 1e-6;
   if (got.dtype == DType::F16) rtol = std::ldexp(1.0, -10);
   if (got.dtype == DType::BF16) rtol = std::ldexp(1.0, -7);
@@ -102,8 +61,8 @@ void run_case(const Case& cs, PoolKind kind, DType dtype) {
   const int64_t oh = (cs.h + 2 * cs.ph - cs.kh) / cs.sh + 1, ow = (cs.w + 2 * cs.pw - cs.kw) / cs.sw + 1;
   const int64_t planes = cs.n * cs.c;
   std::mt19937 rng(99);
-  Buffer x(dtype, {cs.n, cs.c, cs.h, cs.w}), y(dtype, {cs.n, cs.c, oh, ow}), gy(dtype, {cs.n, cs.c, oh, ow});
-  Buffer idx(cs.kh * cs.kw <= 256 ? DType::U8 : DType::I64, {cs.n, cs.c, oh, ow});
+  HostTensor x(dtype, {cs.n, cs.c, cs.h, cs.w}), y(dtype, {cs.n, cs.c, oh, ow}), gy(dtype, {cs.n, cs.c, oh, ow});
+  HostTensor idx(cs.kh * cs.kw <= 256 ? DType::U8 : DType::I64, {cs.n, cs.c, oh, ow});
   x.fill_random(rng), gy.fill_random(rng);
   y.fill(NAN);
 
@@ -150,7 +109,7 @@ void run_case(const Case& cs, PoolKind kind, DType dtype) {
     }
   }
 
-  Buffer gx(dtype, x.shape);
+  HostTensor gx(dtype, x.shape);
   gx.fill(NAN);  // every element must be written, the ones no window picked included
   args.input = gx.ref(), args.output = gy.ref();
   k.pool2d_backward(args);
@@ -171,7 +130,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, Pool2dParity, ::testing::Values(DType::F32, DTy
 
 TEST(Pool2d, MaxPropagatesNanAndSkipsPadding) {
   // Window 3x3, padding 1 on a 2x2 input of negative values: padding must not win as 0.
-  Buffer x(DType::F32, {1, 1, 2, 2}), y(DType::F32, {1, 1, 2, 2}), idx(DType::U8, {1, 1, 2, 2});
+  HostTensor x(DType::F32, {1, 1, 2, 2}), y(DType::F32, {1, 1, 2, 2}), idx(DType::U8, {1, 1, 2, 2});
   x.set(0, -5), x.set(1, -3), x.set(2, -4), x.set(3, NAN);
   Pool2dArgs args;
   args.kernel_h = args.kernel_w = 3, args.stride_h = args.stride_w = 1, args.pad_h = args.pad_w = 1;
@@ -188,8 +147,8 @@ TEST(Pool2dHalf, OverlappingGradientsRoundOnce) {
   // Three windows (kernel 1x3, stride 1 on 1x5) all pick the middle element. Their gradients
   // 1 + 2^-11 + 2^-11 sum exactly to 1 + 2^-10 in fp32; added one by one in fp16 each 2^-11 is a
   // tie that rounds back to 1.
-  Buffer x(DType::F16, {1, 1, 1, 5}), y(DType::F16, {1, 1, 1, 3}), idx(DType::U8, {1, 1, 1, 3});
-  Buffer gy(DType::F16, {1, 1, 1, 3}), gx(DType::F16, {1, 1, 1, 5});
+  HostTensor x(DType::F16, {1, 1, 1, 5}), y(DType::F16, {1, 1, 1, 3}), idx(DType::U8, {1, 1, 1, 3});
+  HostTensor gy(DType::F16, {1, 1, 1, 3}), gx(DType::F16, {1, 1, 1, 5});
   x.fill(0);
   x.set(2, 1);
   Pool2dArgs args;
@@ -206,8 +165,8 @@ TEST(Pool2dHalf, OverlappingGradientsRoundOnce) {
 
 TEST(Pool2d, RejectsBadArguments) {
   Kernels& k = kernels_for(Device::cpu());
-  Buffer x(DType::F32, {1, 1, 4, 4}), y(DType::F32, {1, 1, 2, 2}), idx64(DType::I64, {1, 1, 2, 2});
-  Buffer idx8(DType::U8, {1, 1, 2, 2});
+  HostTensor x(DType::F32, {1, 1, 4, 4}), y(DType::F32, {1, 1, 2, 2}), idx64(DType::I64, {1, 1, 2, 2});
+  HostTensor idx8(DType::U8, {1, 1, 2, 2});
   Pool2dArgs args;
   args.input = x.ref(), args.output = y.ref(), args.indices = idx64.ref();
   EXPECT_THROW(k.pool2d_forward(args), Error);  // a 2x2 window takes U8 indices
