@@ -20,36 +20,31 @@ void AdamW::add_param_group(const std::vector<Tensor>& params, const Options& o)
 
 void AdamW::step() {
   NoGradGuard no_grad;
-  for (size_t g = 0; g < slots_.size(); ++g) {
+  for_each_gradient([&](size_t g, size_t i, const Slot& slot, const Tensor& grad) {
     const Options& o = options_[g];
-    for (size_t i = 0; i < slots_[g].size(); ++i) {
-      const Slot& slot = slots_[g][i];
-      const Tensor grad = step_gradient(slot);
-      if (!grad.defined()) continue;
-      State& s = state_[g][i];
-      if (!s.exp_avg.defined()) {
-        const DType dtype = slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32;
-        s.exp_avg = zeros(slot.param.shape(), dtype, slot.param.device());
-        s.exp_avg_sq = zeros(slot.param.shape(), dtype, slot.param.device());
-        s.exp_avg.set_memory_category(MemoryCategory::OptimizerState);
-        s.exp_avg_sq.set_memory_category(MemoryCategory::OptimizerState);
-      }
-      ++s.step;
-      backend::AdamWArgs args;
-      args.param = slot.param.ref();
-      args.grad = grad.ref();
-      args.exp_avg = s.exp_avg.ref();
-      args.exp_avg_sq = s.exp_avg_sq.ref();
-      if (slot.master.defined()) args.master = slot.master.ref();
-      args.lr = o.lr;
-      args.beta1 = o.beta1;
-      args.beta2 = o.beta2;
-      args.eps = o.eps;
-      args.weight_decay = o.weight_decay;
-      args.step = s.step;
-      kernels(slot.param).adamw_step(args);
+    State& s = state_[g][i];
+    if (!s.exp_avg.defined()) {
+      const DType dtype = slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32;
+      s.exp_avg = zeros(slot.param.shape(), dtype, slot.param.device());
+      s.exp_avg_sq = zeros(slot.param.shape(), dtype, slot.param.device());
+      s.exp_avg.set_memory_category(MemoryCategory::OptimizerState);
+      s.exp_avg_sq.set_memory_category(MemoryCategory::OptimizerState);
     }
-  }
+    ++s.step;
+    backend::AdamWArgs args;
+    args.param = slot.param.ref();
+    args.grad = grad.ref();
+    args.exp_avg = s.exp_avg.ref();
+    args.exp_avg_sq = s.exp_avg_sq.ref();
+    if (slot.master.defined()) args.master = slot.master.ref();
+    args.lr = o.lr;
+    args.beta1 = o.beta1;
+    args.beta2 = o.beta2;
+    args.eps = o.eps;
+    args.weight_decay = o.weight_decay;
+    args.step = s.step;
+    kernels(slot.param).adamw_step(args);
+  });
   finish_step();
 }
 

@@ -51,6 +51,15 @@ class Optimizer {
   size_t add_params(const std::vector<Tensor>& params, MasterWeights policy, const char* optimizer);
   // The gradient step() should read for a slot (undefined: no gradient, skip the parameter).
   Tensor step_gradient(const Slot& slot) const;
+  // Calls fn(group, index, slot, grad) for every parameter that has a gradient to step with.
+  template <typename Fn> void for_each_gradient(Fn&& fn) const {
+    for (size_t g = 0; g < slots_.size(); ++g) {
+      for (size_t i = 0; i < slots_[g].size(); ++i) {
+        const Tensor grad = step_gradient(slots_[g][i]);
+        if (grad.defined()) fn(g, i, slots_[g][i], grad);
+      }
+    }
+  }
   // The key prefix of slot i of group g in state dicts: "<g>.<i>.".
   static std::string state_key(size_t group, size_t index);
   // Adds each master as "<g>.<i>.master"; loads them back (shape-checked). load returns how many

@@ -21,34 +21,29 @@ void SGD::add_param_group(const std::vector<Tensor>& params, const Options& o) {
 
 void SGD::step() {
   NoGradGuard no_grad;
-  for (size_t g = 0; g < slots_.size(); ++g) {
+  for_each_gradient([&](size_t g, size_t i, const Slot& slot, const Tensor& grad) {
     const Options& o = options_[g];
-    for (size_t i = 0; i < slots_[g].size(); ++i) {
-      const Slot& slot = slots_[g][i];
-      const Tensor grad = step_gradient(slot);
-      if (!grad.defined()) continue;
-      backend::SgdArgs args;
-      args.param = slot.param.ref();
-      args.grad = grad.ref();
-      if (slot.master.defined()) args.master = slot.master.ref();
-      args.lr = o.lr;
-      args.momentum = o.momentum;
-      args.dampening = o.dampening;
-      args.weight_decay = o.weight_decay;
-      args.nesterov = o.nesterov;
-      if (o.momentum != 0.0) {
-        Tensor& buffer = momentum_[g][i];
-        args.first_step = !buffer.defined();
-        if (!buffer.defined()) {
-          buffer = empty(slot.param.shape(), slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32,
-                         slot.param.device());
-          buffer.set_memory_category(MemoryCategory::OptimizerState);
-        }
-        args.momentum_buffer = buffer.ref();
+    backend::SgdArgs args;
+    args.param = slot.param.ref();
+    args.grad = grad.ref();
+    if (slot.master.defined()) args.master = slot.master.ref();
+    args.lr = o.lr;
+    args.momentum = o.momentum;
+    args.dampening = o.dampening;
+    args.weight_decay = o.weight_decay;
+    args.nesterov = o.nesterov;
+    if (o.momentum != 0.0) {
+      Tensor& buffer = momentum_[g][i];
+      args.first_step = !buffer.defined();
+      if (!buffer.defined()) {
+        buffer = empty(slot.param.shape(), slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32,
+                       slot.param.device());
+        buffer.set_memory_category(MemoryCategory::OptimizerState);
       }
-      kernels(slot.param).sgd_step(args);
+      args.momentum_buffer = buffer.ref();
     }
-  }
+    kernels(slot.param).sgd_step(args);
+  });
   finish_step();
 }
 
