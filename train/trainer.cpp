@@ -199,9 +199,7 @@ double run_training(const TrainerConfig& c) {
                "--resume: the checkpoint is ", state.value("model", "?"), "/", state.value("precision", "?"),
                " but this run is ", c.model, "/", c.precision, "; pass the same --model and --precision");
     model->load_state_dict(load_safetensors(resume + "/model.safetensors"));
-    const auto opt_state = load_safetensors(resume + "/optimizer.safetensors");
-    if (auto* sgd = dynamic_cast<optim::SGD*>(opt.get())) sgd->load_state_dict(opt_state);
-    if (auto* adamw = dynamic_cast<optim::AdamW*>(opt.get())) adamw->load_state_dict(opt_state);
+    opt->load_state_dict(load_safetensors(resume + "/optimizer.safetensors"));
     if (scaler.is_enabled()) scaler.load_state_dict(state.at("scaler").get<std::map<std::string, double>>());
     first_epoch = state.at("epochs_done").get<int>();
     step = state.at("step").get<int64_t>();
@@ -217,10 +215,7 @@ double run_training(const TrainerConfig& c) {
   int64_t batches_done_in_epoch = 0;
   auto save_checkpoint = [&](int epochs_done) {
     save_safetensors(checkpoint_dir + "/model.safetensors", model->state_dict(), {{"format", "pt"}});
-    std::map<std::string, Tensor> opt_state;
-    if (auto* sgd = dynamic_cast<optim::SGD*>(opt.get())) opt_state = sgd->state_dict();
-    if (auto* adamw = dynamic_cast<optim::AdamW*>(opt.get())) opt_state = adamw->state_dict();
-    save_safetensors(checkpoint_dir + "/optimizer.safetensors", opt_state);
+    save_safetensors(checkpoint_dir + "/optimizer.safetensors", opt->state_dict());
     json state = {{"model", c.model}, {"precision", c.precision}, {"epochs_done", epochs_done}, {"step", step},
                   {"batches_done_in_epoch", batches_done_in_epoch}, {"best_accuracy", best_accuracy},
                   {"seed", c.seed}, {"scaler", scaler.state_dict()},

@@ -33,7 +33,7 @@ struct BatchNorm {
       save_invstd = empty({channels}, stat_dtype, x.device());
       args.save_mean = save_mean.ref();
       args.save_invstd = save_invstd.ref();
-    } else {
+    } else if (ctx.recording()) {
       // Backward needs the statistics used now, not the running buffers as they will be then.
       save_mean = running_mean.clone();
       save_invstd = pow(running_var + options.eps, -0.5);

@@ -30,9 +30,9 @@ class AdamW : public Optimizer {
   std::vector<Options>& group_options() { return options_; }
   // "<group>.<index>.exp_avg", ".exp_avg_sq", ".step" (a one-element int64 tensor) and, for
   // half params, ".master".
-  std::map<std::string, Tensor> state_dict() const;
+  std::map<std::string, Tensor> state_dict() const override;
   // Restores what state_dict() gave (same parameters in the same groups); unknown keys throw.
-  void load_state_dict(const std::map<std::string, Tensor>& state);
+  void load_state_dict(const std::map<std::string, Tensor>& state) override;
 
  private:
   struct State {

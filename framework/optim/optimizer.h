@@ -25,6 +25,10 @@ class Optimizer {
   void zero_grad();
   // Every parameter of every group, in order.
   std::vector<Tensor> parameters() const;
+  // The optimizer's state by parameter position ("<group>.<index>.<name>"), fp32 masters included;
+  // load_state_dict restores it into an optimizer over the same parameters (unknown keys throw).
+  virtual std::map<std::string, Tensor> state_dict() const = 0;
+  virtual void load_state_dict(const std::map<std::string, Tensor>& state) = 0;
   // Learning rate of each param group (what schedulers drive).
   size_t num_groups() const { return slots_.size(); }
   virtual double lr(size_t group) const = 0;

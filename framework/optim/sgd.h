@@ -31,9 +31,9 @@ class SGD : public Optimizer {
   // Each group's options (change lr here, as with PyTorch's param_groups).
   std::vector<Options>& group_options() { return options_; }
   // By position: "<group>.<index>.momentum_buffer" and, for half params, ".master".
-  std::map<std::string, Tensor> state_dict() const;
+  std::map<std::string, Tensor> state_dict() const override;
   // Restores what state_dict() gave (same parameters in the same groups); unknown keys throw.
-  void load_state_dict(const std::map<std::string, Tensor>& state);
+  void load_state_dict(const std::map<std::string, Tensor>& state) override;
 
  private:
   std::vector<Options> options_;
