@@ -6,6 +6,7 @@
 #include "framework/amp/autocast_apply.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"
+#include "framework/autograd/profiler.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/factories.h"
 
@@ -70,6 +71,7 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
              " does not match the output's shape ", root.shape());
   NoGradGuard no_grad;
   amp::detail::SuspendGuard no_autocast;  // backward formulas run in the dtypes forward saved
+  profiler::detail::BackwardPassGuard backward_pass;  // the ops run from here on are backward's
   grad = grad.to(root.dtype());
 
   const Edge root_edge = edge_of(root);
@@ -101,7 +103,9 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
     }
     TensorList grads;
     if (grad_output.defined()) {
+      profiler::detail::Span span(node->name(), profiler::Pass::Backward);
       grads = node->apply(grad_output);
+      span.wait_for(grad_output);  // same device as the gradients it made
       node->release_saved();
       DEMI_INTERNAL_CHECK(grads.empty() || grads.size() == node->next.size(), node->name(),
                           " backward returned ", grads.size(), " gradients for ", node->next.size(), " inputs");

@@ -7,6 +7,7 @@
 #include "framework/amp/train_step.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"
+#include "framework/autograd/profiler.h"
 #include "framework/core/device.h"
 #include "framework/core/dtype.h"
 #include "framework/core/error.h"

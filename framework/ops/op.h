@@ -12,6 +12,7 @@
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"
 #include "framework/autograd/op_context.h"
+#include "framework/autograd/profiler.h"
 #include "framework/tensor/tensor.h"
 
 namespace demi::ops {
@@ -69,6 +70,8 @@ Tensor apply(const Args&... args) {
 namespace detail {
 template <typename Op, typename... Args>
 Tensor apply_recorded(const Args&... args) {
+  // Timed here, after the autocast casts, so that they show as rows of their own.
+  profiler::detail::Span span(Op::kName, profiler::Pass::Forward);
   std::vector<const Tensor*> inputs;
   (collect_tensor(inputs, args), ...);
   std::vector<bool> needs_grad(inputs.size(), false);
@@ -85,6 +88,7 @@ Tensor apply_recorded(const Args&... args) {
     NoGradGuard no_grad;              // ops used inside forward are not recorded,
     amp::detail::SuspendGuard no_autocast;  // nor autocast again
     out = Op::forward(ctx, args...);
+    span.wait_for(out);
   }
   if (record) {
     auto node = std::make_shared<OpNode<Op>>(std::move(ctx));

@@ -1,0 +1,294 @@
+// bench_train_step: images/s of one training step of SmallCNN and AirNet per precision, device and
+// batch, timed by ../shared/bench/torch_reference.py's rule so the two compare side by side, with
+// peak memory by category and the saved-activation peak (the fp16/bf16 <= 0.55x fp32 target).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/kernels.h"
+#include "framework/demi/demi.h"
+#include "models/small_cnn.h"
+
+namespace {
+
+using namespace demi;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Config {
+  int steps = 12;  // torch_reference.py's default
+  int warmup = 3;
+  std::vector<int64_t> batches{128, 256};
+  std::vector<std::string> nets{"SmallCNN", "AirNet"};
+  std::vector<std::string> precisions{"fp32", "bf16", "fp16"};
+  std::vector<std::string> devices{"cpu", "cuda"};
+  int threads = 2;
+  std::string json_path;
+  bool profile = false;
+};
+
+struct Row {
+  std::string net, device, precision;
+  int64_t batch = 0;
+  double median_s = 0, min_s = 0, max_s = 0;
+  int64_t saved_peak = 0;  // autograd's saved tensors, each storage once
+  MemoryReport memory;     // peaks by category over the timed steps
+  std::vector<profiler::Entry> profile;
+  double profile_step_ms = 0;
+};
+
+DType dtype_of(const std::string& precision) {
+  if (precision == "bf16") return DType::BF16;
+  if (precision == "fp16") return DType::F16;
+  return DType::F32;
+}
+
+// statistics.median: the mean of the two middle values for an even count, as torch_reference.py.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double mb(int64_t bytes) { return static_cast<double>(bytes) / 1e6; }
+
+// Why `kind` cannot be benchmarked here, or "" when it can.
+std::string unusable_reason(const std::string& kind) {
+  if (kind == "cpu") return "";
+  if (backend::cuda_device_count() > 0) return "";
+  try {
+    backend::kernels_for(Device::cuda(0));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no CUDA device was found";
+}
+
+// One (net, device, precision, batch): warm-up steps, then `steps` timed ones.
+Row run_row(const Config& c, const std::string& net, const Device& device, const std::string& precision,
+            int64_t batch) {
+  Row row;
+  row.net = net;
+  row.device = device.str();
+  row.precision = precision;
+  row.batch = batch;
+  empty_cache(device);  // so "reserved" is this row's, not what earlier rows left cached
+  Generator gen(0);
+  std::shared_ptr<nn::Module> model = models::make_model(net, gen);
+  model->to(device);
+  model->train();
+  optim::SGD::Options o;
+  o.lr = 0.01;
+  o.momentum = 0.9;
+  o.nesterov = true;
+  o.weight_decay = 5e-4;
+  optim::SGD opt(model->parameters(), o);
+  amp::GradScaler::Options so;
+  so.enabled = precision == "fp16";  // bf16 has fp32's range and needs no scaling
+  amp::GradScaler scaler(so);
+  amp::TrainStep::Options to;
+  to.device = device.kind();
+  to.dtype = dtype_of(precision);
+  amp::TrainStep train_step(opt, scaler, to);
+
+  const Tensor x = randn({batch, 3, 32, 32}, gen, DType::F32, device);
+  std::mt19937_64 rng(0);
+  std::uniform_int_distribution<int64_t> label(0, 9);
+  std::vector<int64_t> labels(static_cast<size_t>(batch));
+  for (int64_t& l : labels) l = label(rng);
+  const Tensor y = tensor(labels, {batch}, DType::I64, device);
+
+  backend::Kernels& device_kernels = backend::kernels_for(device);
+  // One step, waited for: on CUDA the host would otherwise return before the kernels finish.
+  auto step = [&] {
+    const auto start = Clock::now();
+    train_step.run([&](int) { return cross_entropy((*model)(x), y); });
+    device_kernels.synchronize();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+
+  for (int i = 0; i < c.warmup; ++i) step();
+  reset_peak_memory_stats(device);
+  autograd::reset_saved_tensor_peak();
+  std::vector<double> times;
+  for (int i = 0; i < c.steps; ++i) times.push_back(step());
+  row.median_s = median(times);
+  row.min_s = *std::min_element(times.begin(), times.end());
+  row.max_s = *std::max_element(times.begin(), times.end());
+  row.saved_peak = autograd::saved_tensor_stats().peak_bytes;
+  row.memory = memory_report(device);
+
+  if (c.profile) {  // one more step, not among the timed ones: profiling adds its own cost
+    profiler::ProfileScope scope;
+    row.profile_step_ms = 1000.0 * step();
+    row.profile = profiler::entries();
+  }
+  return row;
+}
+
+constexpr MemoryCategory kColumns[] = {MemoryCategory::Parameters, MemoryCategory::Gradients,
+                                       MemoryCategory::OptimizerState, MemoryCategory::MasterWeights,
+                                       MemoryCategory::Other};
+
+void print_header() {
+  std::cout << std::left << std::setw(9) << "net" << std::setw(7) << "device" << std::setw(6) << "prec" << std::right
+            << std::setw(6) << "batch" << std::setw(10) << "img/s" << std::setw(10) << "ms/step" << std::setw(9)
+            << "min" << std::setw(9) << "max" << " |" << std::setw(9) << "saved" << std::setw(7) << "x fp32"
+            << " |" << std::setw(8) << "params" << std::setw(8) << "grads" << std::setw(8) << "optim" << std::setw(8)
+            << "master" << std::setw(9) << "other" << std::setw(9) << "alloc" << std::setw(9) << "reserved" << "\n";
+  std::cout << std::setw(72) << "" << "   peak MB; saved: autograd's saved tensors (x fp32: over the fp32 row"
+            << " above); alloc, reserved: the allocator's\n";
+}
+
+// `fp32_saved`: the saved-activation peak of the fp32 row with the same net, device and batch (0: none).
+void print_row(const Row& r, int64_t fp32_saved) {
+  std::ostringstream ratio;
+  if (fp32_saved > 0) ratio << std::fixed << std::setprecision(2) << static_cast<double>(r.saved_peak) / fp32_saved;
+  std::cout << std::left << std::setw(9) << r.net << std::setw(7) << r.device << std::setw(6) << r.precision
+            << std::right << std::setw(6) << r.batch << std::fixed << std::setprecision(1) << std::setw(10)
+            << static_cast<double>(r.batch) / r.median_s << std::setw(10) << 1e3 * r.median_s << std::setw(9)
+            << 1e3 * r.min_s << std::setw(9) << 1e3 * r.max_s << " |" << std::setw(9) << mb(r.saved_peak)
+            << std::setw(7) << ratio.str() << " |";
+  for (MemoryCategory cat : kColumns) std::cout << std::setw(cat == MemoryCategory::Other ? 9 : 8) << mb(r.memory[cat].peak);
+  std::cout << std::setw(9) << mb(r.memory.allocator.peak_allocated_bytes) << std::setw(9)
+            << mb(r.memory.allocator.reserved_bytes) << std::endl;
+  if (!r.profile.empty()) {
+    std::cout << "  profile of one step (" << std::setprecision(1) << r.profile_step_ms << " ms):\n";
+    std::istringstream table(profiler::format_table(r.profile, r.profile_step_ms));
+    for (std::string line; std::getline(table, line);) std::cout << "    " << line << "\n";
+    std::cout << std::endl;
+  }
+}
+
+json row_json(const Row& r) {
+  json memory = json::object();
+  for (int i = 0; i < kNumMemoryCategories; ++i) {
+    memory[memory_category_name(static_cast<MemoryCategory>(i))] = r.memory.by_category[i].peak;
+  }
+  json j = {{"net", r.net},
+            {"device", r.device},
+            {"precision", r.precision},
+            {"batch", r.batch},
+            {"median_s", r.median_s},
+            {"min_s", r.min_s},
+            {"max_s", r.max_s},
+            {"img_s", static_cast<double>(r.batch) / r.median_s},
+            {"ms_step", 1e3 * r.median_s},
+            {"saved_activation_peak_bytes", r.saved_peak},
+            {"peak_memory_bytes", memory},
+            {"allocator_peak_bytes", r.memory.allocator.peak_allocated_bytes},
+            {"allocator_reserved_bytes", r.memory.allocator.reserved_bytes}};
+  if (!r.profile.empty()) {
+    json rows = json::array();
+    for (const profiler::Entry& e : r.profile) {
+      rows.push_back({{"name", e.name}, {"pass", profiler::pass_name(e.pass)}, {"calls", e.calls},
+                      {"total_ms", e.total_ms}});
+    }
+    j["profile"] = {{"step_ms", r.profile_step_ms}, {"entries", rows}};
+  }
+  return j;
+}
+
+int run(const Config& c) {
+  set_num_threads(c.threads);
+  std::cout << "bench_train_step: " << c.warmup << " warm-up steps, median of " << c.steps << " timed steps; "
+            << get_num_threads() << " CPU threads\n";
+  json out = {{"framework", "demi"}, {"threads", c.threads}, {"steps", c.steps}, {"warmup", c.warmup},
+              {"rows", json::array()}, {"skipped", json::array()}, {"params", json::object()}};
+  for (const std::string& net : c.nets) {
+    int64_t params = 0;
+    for (const Tensor& p : models::make_model(net)->parameters()) params += p.numel();
+    out["params"][net] = params;
+    std::cout << net << ": " << params << " parameters\n";
+  }
+  std::vector<Device> devices;
+  for (const std::string& kind : c.devices) {
+    const std::string reason = unusable_reason(kind);
+    if (reason.empty()) {
+      devices.push_back(kind == "cpu" ? Device::cpu() : Device::cuda(0));
+    } else {
+      std::cout << kind << ": skipped: " << reason << "\n";
+      out["skipped"].push_back({{"device", kind}, {"reason", reason}});
+    }
+  }
+  std::cout << "\n";
+  if (!devices.empty()) print_header();
+  int failures = 0;
+  for (const Device& device : devices) {
+    for (const std::string& net : c.nets) {
+      for (int64_t batch : c.batches) {
+        int64_t fp32_saved = 0;
+        for (const std::string& precision : c.precisions) {
+          try {
+            const Row r = run_row(c, net, device, precision, batch);
+            if (precision == "fp32") fp32_saved = r.saved_peak;
+            print_row(r, precision == "fp32" ? 0 : fp32_saved);
+            out["rows"].push_back(row_json(r));
+          } catch (const Error& e) {  // e.g. an op the CUDA backend lacks: say so, go on
+            std::cout << net << " " << device << " " << precision << " batch " << batch << ": failed: " << e.what()
+                      << std::endl;
+            out["rows"].push_back({{"net", net}, {"device", device.str()}, {"precision", precision},
+                                   {"batch", batch}, {"error", e.what()}});
+            ++failures;
+          }
+        }
+      }
+    }
+  }
+  if (!c.json_path.empty()) {
+    std::ofstream f(c.json_path);
+    f << out.dump(1) << "\n";
+    if (!f.good()) {
+      std::cerr << "bench_train_step: cannot write " << c.json_path << "\n";
+      return 1;
+    }
+  }
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"bench_train_step: images/s of one training step (zero_grad, forward, cross-entropy, backward, "
+               "Nesterov SGD) per net, precision, device and batch"};
+  app.get_formatter()->column_width(30);
+  app.add_option("--steps", c.steps, "timed steps (the median is reported)")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--warmup", c.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--batches", c.batches, "batch sizes, comma-separated")->delimiter(',')
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--nets", c.nets, "SmallCNN, AirNet")->delimiter(',')
+      ->check(CLI::IsMember({"SmallCNN", "AirNet"}))->capture_default_str();
+  app.add_option("--precisions", c.precisions, "fp32, bf16 (autocast), fp16 (autocast + dynamic GradScaler)")
+      ->delimiter(',')->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--devices", c.devices, "cpu, cuda (a device that is absent is skipped with the reason)")
+      ->delimiter(',')->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--threads", c.threads, "CPU threads")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--json", c.json_path, "also write the results to this JSON file");
+  app.add_flag("--profile", c.profile, "after each row, profile one more step: time per op and backward node");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "bench_train_step: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  try {
+    return run(c);
+  } catch (const Error& e) {
+    std::cerr << "bench_train_step: " << e.what() << "\n";
+    return 1;
+  }
+}

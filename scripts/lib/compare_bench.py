@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Merges bench_train_step's JSON (demi) with torch_reference.py's (PyTorch) into one table:
+net, precision, batch, demi img/s, torch img/s, demi/torch. Used by scripts/bench-vs-pytorch.
+
+torch's best layout is the fair opponent: for fp32 the faster of fp32 and fp32_cl (channels_last),
+for bf16 the faster of bf16 and bf16_cl; fp16 is fp16 alone.
+Usage: compare_bench.py --demi a.json [b.json ...] --torch c.json [d.json ...] [--json merged.json]
+"""
+import argparse
+import json
+import sys
+
+TORCH_MODES = {"fp32": ("fp32", "fp32_cl"), "bf16": ("bf16", "bf16_cl"), "fp16": ("fp16",)}
+
+
+def load(paths):
+    out = []
+    for p in paths:
+        try:
+            with open(p) as f:
+                out.append(json.load(f))
+        except (OSError, ValueError) as e:
+            print(f"compare_bench: skipping {p}: {e}", file=sys.stderr)
+    return out
+
+
+def demi_rows(runs):
+    """(net, precision, batch) -> demi row, CPU rows only (torch_reference runs on the CPU here)."""
+    rows = {}
+    for run in runs:
+        for r in run.get("rows", []):
+            if r.get("device") == "cpu" and "img_s" in r:
+                rows[(r["net"], r["precision"], r["batch"])] = r
+    return rows
+
+
+def torch_best(runs, net, precision, batch):
+    """(img/s, mode) of torch's fastest layout for this precision, or None when it was not run."""
+    best = None
+    for run in runs:
+        train = run.get("nets", {}).get(net, {}).get("train", {})
+        for mode in TORCH_MODES.get(precision, ()):
+            r = train.get(f"{mode}@{batch}")
+            if r and (best is None or r["img_s"] > best[0]):
+                best = (r["img_s"], mode)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--demi", nargs="*", default=[])
+    ap.add_argument("--torch", nargs="*", default=[])
+    ap.add_argument("--json", help="also write the merged rows here")
+    a = ap.parse_args()
+    demi_runs, torch_runs = load(a.demi), load(a.torch)
+    rows = demi_rows(demi_runs)
+    if not rows:
+        print("compare_bench: no demi results to compare", file=sys.stderr)
+        return 1
+
+    threads = sorted({r.get("threads") for r in demi_runs + torch_runs})
+    versions = sorted({r.get("torch", "?") for r in torch_runs})
+    print(f"\ndemi vs PyTorch {', '.join(versions) or '(no torch results)'}, CPU, threads {threads}; "
+          f"one training step, median of timed steps (higher img/s is better)")
+    header = f"{'net':9s} {'precision':9s} {'batch':>5s} {'demi img/s':>11s} {'torch img/s':>12s} {'torch mode':>10s} " \
+             f"{'demi/torch':>10s}"
+    print(header)
+    print("-" * len(header))
+    merged = []
+    nets = list(dict.fromkeys(k[0] for k in rows))  # first-seen order
+    for net in nets:
+        for key in sorted((k for k in rows if k[0] == net), key=lambda k: (k[2], list(TORCH_MODES).index(k[1]))):
+            _, precision, batch = key
+            d = rows[key]["img_s"]
+            t = torch_best(torch_runs, net, precision, batch)
+            ratio = d / t[0] if t else None
+            torch_ips = f"{t[0]:.1f}" if t else "-"
+            print(f"{net:9s} {precision:9s} {batch:5d} {d:11.1f} {torch_ips:>12s} {t[1] if t else '-':>10s} "
+                  f"{f'{ratio:.2f}' if ratio else '-':>10s}")
+            merged.append({"net": net, "precision": precision, "batch": batch, "demi_img_s": d,
+                           "torch_img_s": t[0] if t else None, "torch_mode": t[1] if t else None, "ratio": ratio})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"torch": versions, "threads": threads, "rows": merged}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
