@@ -24,7 +24,9 @@ std::vector<std::string> binary_files(Split split) {
 std::vector<uint8_t> read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   DEMI_CHECK(in, "load_cifar10_binary: cannot open ", path.string(), "; check that it is readable");
-  std::vector<uint8_t> bytes(static_cast<size_t>(in.tellg()));
+  const std::streamoff size = in.tellg();
+  DEMI_CHECK(size >= 0, "load_cifar10_binary: cannot get the size of ", path.string(), "; check that it is a regular file");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
   in.seekg(0);
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   DEMI_CHECK(in, "load_cifar10_binary: cannot read ", path.string(), "; check the disk");
@@ -46,6 +48,30 @@ std::vector<std::string> binary_classes(const fs::path& dir) {
   return classes;
 }
 
+// The number of records in a file of `size` bytes; an error unless it is a whole, non-zero number.
+int64_t count_records(size_t size, const std::string& name) {
+  const int64_t bytes = static_cast<int64_t>(size);
+  DEMI_CHECK(bytes > 0, "load_cifar10_binary: ", name, " is empty; expected records of ", kRecordBytes,
+             " bytes (1 label + 3072 pixels)");
+  DEMI_CHECK(bytes % kRecordBytes == 0, "load_cifar10_binary: ", name, " is truncated: record ", bytes / kRecordBytes,
+             " has ", bytes % kRecordBytes, " bytes, expected ", kRecordBytes,
+             " (1 label + 3072 pixels); re-download or re-extract the file");
+  return bytes / kRecordBytes;
+}
+
+// Checks the label of each of the n records at `data` and copies labels and CHW pixels out.
+void copy_records(const uint8_t* data, int64_t n, const std::string& name, int64_t* labels, uint8_t* images) {
+  const size_t classes = cifar10_classes().size();
+  for (int64_t r = 0; r < n; ++r) {
+    const uint8_t* record = data + r * kRecordBytes;
+    DEMI_CHECK(record[0] < classes, "load_cifar10_binary: ", name, " record ", r, " has label ",
+               static_cast<int>(record[0]), ", outside [0, ", classes,
+               "); the file is corrupt or not CIFAR-10 (CIFAR-100 has two label bytes)");
+    labels[r] = record[0];
+    std::memcpy(images + r * kImageBytes, record + 1, kImageBytes);
+  }
+}
+
 bool has_binary(const fs::path& dir, Split split) { return fs::is_regular_file(dir / binary_files(split).front()); }
 
 }  // namespace
@@ -56,44 +82,42 @@ const std::vector<std::string>& cifar10_classes() {
   return classes;
 }
 
+Dataset parse_cifar10_binary(const uint8_t* data, size_t size, const std::string& name) {
+  const int64_t n = count_records(size, name);
+  Dataset out;
+  out.classes = cifar10_classes();
+  out.images = empty({n, 3, 32, 32}, DType::U8);
+  out.labels = empty({n}, DType::I64);
+  copy_records(data, n, name, out.labels.data<int64_t>(), out.images.data<uint8_t>());
+  return out;
+}
+
 Dataset load_cifar10_binary(const std::string& dir, Split split) {
   const fs::path root(dir);
   DEMI_CHECK(fs::is_directory(root), "load_cifar10_binary: ", dir, " is not a directory");
   std::vector<std::vector<uint8_t>> contents;
+  std::vector<int64_t> records;
   int64_t n = 0;
-  for (const std::string& name : binary_files(split)) {
+  const std::vector<std::string> names = binary_files(split);
+  for (const std::string& name : names) {
     const fs::path path = root / name;
     DEMI_CHECK(fs::is_regular_file(path), "load_cifar10_binary: ", path.string(), " is missing; the ",
                split_name(split), " split needs ", split == Split::Train ? "data_batch_1.bin .. data_batch_5.bin" : "test_batch.bin");
     contents.push_back(read_file(path));
-    const int64_t bytes = static_cast<int64_t>(contents.back().size());
-    DEMI_CHECK(bytes > 0, "load_cifar10_binary: ", path.string(), " is empty; expected records of ", kRecordBytes,
-               " bytes (1 label + 3072 pixels)");
-    DEMI_CHECK(bytes % kRecordBytes == 0, "load_cifar10_binary: ", path.string(), " is truncated: record ",
-               bytes / kRecordBytes, " has ", bytes % kRecordBytes, " bytes, expected ", kRecordBytes,
-               " (1 label + 3072 pixels); re-download or re-extract the file");
-    n += bytes / kRecordBytes;
+    records.push_back(count_records(contents.back().size(), path.string()));
+    n += records.back();
   }
-
+  // One allocation for the split, each file parsed straight into its slice (as
+  // parse_cifar10_binary does for one file).
   Dataset out;
   out.classes = binary_classes(root);
   out.images = empty({n, 3, 32, 32}, DType::U8);
   out.labels = empty({n}, DType::I64);
-  uint8_t* images = out.images.data<uint8_t>();
-  int64_t* labels = out.labels.data<int64_t>();
   int64_t k = 0;
-  const std::vector<std::string> names = binary_files(split);
   for (size_t f = 0; f < contents.size(); ++f) {
-    const std::vector<uint8_t>& bytes = contents[f];
-    const int64_t records = static_cast<int64_t>(bytes.size()) / kRecordBytes;
-    for (int64_t r = 0; r < records; ++r, ++k) {
-      const uint8_t* record = bytes.data() + r * kRecordBytes;
-      DEMI_CHECK(record[0] < out.classes.size(), "load_cifar10_binary: ", (root / names[f]).string(), " record ", r,
-                 " has label ", static_cast<int>(record[0]), ", outside [0, ", out.classes.size(),
-                 "); the file is corrupt or not CIFAR-10 (CIFAR-100 has two label bytes)");
-      labels[k] = record[0];
-      std::memcpy(images + k * kImageBytes, record + 1, kImageBytes);
-    }
+    copy_records(contents[f].data(), records[f], (root / names[f]).string(), out.labels.data<int64_t>() + k,
+                 out.images.data<uint8_t>() + k * kImageBytes);
+    k += records[f];
   }
   return out;
 }

@@ -17,6 +17,9 @@ const std::vector<std::string>& cifar10_classes();
 // (test), each record one label byte and 3072 CHW pixel bytes. Class names from
 // dir/batches.meta.txt when present, else cifar10_classes().
 Dataset load_cifar10_binary(const std::string& dir, Split split);
+// One batch file's bytes (`name` for messages), as load_cifar10_binary reads each file: a whole
+// number of records with labels 0..9; classes are cifar10_classes(). Throws demi::Error otherwise.
+Dataset parse_cifar10_binary(const uint8_t* data, size_t size, const std::string& name);
 
 struct ImageFolderOptions {
   std::string cache_dir;  // empty: $XDG_CACHE_HOME/demi, else $HOME/.cache/demi
@@ -44,6 +47,10 @@ struct ImageFolderInfo {
 // options.cache_dir, keyed by the root path and every file's name, size and mtime.
 Dataset load_image_folder(const std::string& root, Split split, const ImageFolderOptions& options = {},
                           ImageFolderInfo* info = nullptr);
+
+// One image file's bytes (`name` for messages), as load_image_folder decodes each file: a PNG or
+// JPEG of 32x32 RGB, written as 3072 CHW bytes to `out`. Throws demi::Error for anything else.
+void decode_cifar10_image(const uint8_t* data, size_t size, const std::string& name, uint8_t* out);
 
 // Detects the format in dir (binary batches, also under dir/cifar-10-batches-bin, or an image
 // folder) and loads the split; the error names dir and what was looked for when neither is there.

@@ -11,6 +11,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -120,28 +121,17 @@ Tree list_tree(const fs::path& root, Split split) {
   return tree;
 }
 
-// Decodes one file into 3072 CHW bytes at `out`.
-void decode(const fs::path& path, uint8_t* out) {
+// Reads one file and decodes it into 3072 CHW bytes at `out`.
+void decode_file(const fs::path& path, uint8_t* out) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   DEMI_CHECK(in, "load_image_folder: cannot open ", path.string(), "; check that it is readable");
-  std::vector<uint8_t> bytes(static_cast<size_t>(in.tellg()));
+  const std::streamoff size = in.tellg();
+  DEMI_CHECK(size >= 0, "load_image_folder: cannot get the size of ", path.string(), "; check that it is a regular file");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
   in.seekg(0);
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   DEMI_CHECK(in, "load_image_folder: cannot read ", path.string(), "; check the disk");
-  DEMI_CHECK(!bytes.empty() && bytes.size() < (1u << 30), "load_image_folder: ", path.string(), " is empty or too large (",
-             bytes.size(), " bytes); replace it with a 32x32 RGB png or jpg");
-  int w = 0, h = 0, channels = 0;
-  uint8_t* pixels = stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &channels, 0);
-  DEMI_CHECK(pixels, "load_image_folder: ", path.string(), " could not be decoded (stb_image: ", stbi_failure_reason(),
-             "); replace it with a 32x32 RGB png or jpg");
-  if (w != 32 || h != 32 || channels != 3) {
-    stbi_image_free(pixels);
-    DEMI_THROW("load_image_folder: ", path.string(), " is ", w, "x", h, " with ", channels,
-               " channel(s); expected 32x32 RGB (3 channels): convert or resize it");
-  }
-  for (int c = 0; c < 3; ++c)
-    for (int i = 0; i < 32 * 32; ++i) out[c * 1024 + i] = pixels[i * 3 + c];  // HWC -> CHW
-  stbi_image_free(pixels);
+  decode_cifar10_image(bytes.data(), bytes.size(), path.string(), out);
 }
 
 Dataset decode_tree(const Tree& tree, int threads) {
@@ -165,7 +155,7 @@ Dataset decode_tree(const Tree& tree, int threads) {
       const int64_t i = next++;
       if (i >= n) break;
       try {
-        decode(tree.files[static_cast<size_t>(i)].path, images + static_cast<size_t>(i) * kImageBytes);
+        decode_file(tree.files[static_cast<size_t>(i)].path, images + static_cast<size_t>(i) * kImageBytes);
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (!error) error = std::current_exception();
@@ -287,7 +277,77 @@ void write_cache(const fs::path& file, const Tree& tree, Split split, const Data
   }
 }
 
+// Debian 12's stb_image (2.27) writes past its Huffman tables when a JPEG's DHT segment declares
+// more than 256 codes (found by fuzz/image_decode_fuzz.cpp). stb finds a marker as the byte after
+// a run of 0xff, so every DHT it could read starts at a byte pair ff c4: check each such pair's
+// tables the way stb walks them, before stb does.
+void check_jpeg_huffman_tables(const uint8_t* data, size_t size, const std::string& name) {
+  for (size_t i = 0; i + 1 < size; ++i) {
+    if (data[i] != 0xff || data[i + 1] != 0xc4) continue;
+    size_t p = i + 2;
+    if (p + 2 > size) break;
+    int64_t left = ((data[p] << 8) | data[p + 1]) - 2;  // segment length, less its own two bytes
+    p += 2;
+    while (left > 0 && p < size) {
+      int64_t codes = 0;  // stb reads bytes past the end as 0: a cut-off table counts what is there
+      for (size_t k = p + 1; k <= p + 16 && k < size; ++k) codes += data[k];
+      DEMI_CHECK(codes <= 256, "load_image_folder: ", name, " could not be decoded: a JPEG Huffman table declares ",
+                 codes, " codes, at most 256 are valid; the file is corrupt");
+      p += 17 + static_cast<size_t>(codes);
+      left -= 17 + codes;
+    }
+  }
+}
+
+// stb_image 2.27 grows its buffer to a PNG chunk's declared length before reading the chunk: a
+// 500-byte file declaring a 600 MB IDAT allocates 600 MB (found by fuzz/image_decode_fuzz.cpp).
+// Walk the chunks as stb does (length, type, data, CRC) and require each one to fit in the file.
+void check_png_chunks(const uint8_t* data, size_t size, const std::string& name) {
+  for (size_t p = 8; p + 8 <= size;) {
+    const uint64_t length = (uint64_t{data[p]} << 24) | (data[p + 1] << 16) | (data[p + 2] << 8) | data[p + 3];
+    DEMI_CHECK(length <= size - p - 8, "load_image_folder: ", name, " could not be decoded: a PNG chunk at byte ", p,
+               " declares ", length, " bytes but only ", size - p - 8, " follow; the file is truncated or corrupt");
+    if (std::memcmp(data + p + 4, "IEND", 4) == 0) return;
+    p += 12 + length;
+  }
+}
+
 }  // namespace
+
+void decode_cifar10_image(const uint8_t* data, size_t size, const std::string& name, uint8_t* out) {
+  // 1 MiB is hundreds of times what a 32x32 image needs, and bounds what a compressed stream
+  // (deflate inflates at most ~1000:1) can make stb_image allocate.
+  constexpr size_t kMaxBytes = size_t{1} << 20;
+  DEMI_CHECK(size > 0 && size <= kMaxBytes, "load_image_folder: ", name, " is empty or too large (", size,
+             " bytes; a 32x32 image takes a few KB, the limit is 1 MiB); replace it with a 32x32 RGB png or jpg");
+  // Only PNG and JPEG reach stb_image: its other decoders (TGA has no signature at all, PSD, HDR,
+  // PIC, PNM, GIF, BMP) would otherwise parse any file that happens to be named *.png.
+  static constexpr uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  static constexpr uint8_t kJpeg[3] = {0xff, 0xd8, 0xff};
+  const bool png = size >= sizeof kPng && std::memcmp(data, kPng, sizeof kPng) == 0;
+  const bool jpeg = size >= sizeof kJpeg && std::memcmp(data, kJpeg, sizeof kJpeg) == 0;
+  DEMI_CHECK(png || jpeg, "load_image_folder: ", name,
+             " could not be decoded: it is neither a PNG nor a JPEG file; replace it with a 32x32 RGB png or jpg");
+  if (png) check_png_chunks(data, size, name);
+  if (jpeg) check_jpeg_huffman_tables(data, size, name);
+  const int len = static_cast<int>(size);  // <= 1 MiB: fits
+  int w = 0, h = 0, channels = 0;
+  // The header first: a forged 10000x10000 header is refused here, before stb_image allocates 300 MB.
+  DEMI_CHECK(stbi_info_from_memory(data, len, &w, &h, &channels), "load_image_folder: ", name,
+             " could not be decoded (stb_image: ", stbi_failure_reason(), "); replace it with a 32x32 RGB png or jpg");
+  auto check_size = [&] {
+    DEMI_CHECK(w == 32 && h == 32 && channels == 3, "load_image_folder: ", name, " is ", w, "x", h, " with ", channels,
+               " channel(s); expected 32x32 RGB (3 channels): convert or resize it");
+  };
+  check_size();
+  uint8_t* pixels = stbi_load_from_memory(data, len, &w, &h, &channels, 0);
+  DEMI_CHECK(pixels, "load_image_folder: ", name, " could not be decoded (stb_image: ", stbi_failure_reason(),
+             "); replace it with a 32x32 RGB png or jpg");
+  std::unique_ptr<uint8_t, void (*)(void*)> owned(pixels, stbi_image_free);
+  check_size();  // the decoder's own answer, in case it differs from the header's
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < 32 * 32; ++i) out[c * 1024 + i] = pixels[i * 3 + c];  // HWC -> CHW
+}
 
 const char* cache_status_name(CacheStatus status) {
   switch (status) {

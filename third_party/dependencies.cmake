@@ -60,15 +60,15 @@ endif()
 
 find_package(benchmark QUIET)                       # libbenchmark-dev
 set(DEMI_HAVE_BENCHMARK ${benchmark_FOUND})
-demi_report("Google Benchmark" DEMI_HAVE_BENCHMARK "benchmarks/")
+demi_report("Google Benchmark" DEMI_HAVE_BENCHMARK "bench_kernels")
 
 find_package(nlohmann_json 3 QUIET)                 # nlohmann-json3-dev
 set(DEMI_HAVE_JSON ${nlohmann_json_FOUND})
-demi_report("nlohmann-json" DEMI_HAVE_JSON "metrics and golden-curve files")
+demi_report("nlohmann-json" DEMI_HAVE_JSON "metrics and golden-curve files, bench_train_step")
 
 find_package(CLI11 QUIET)                           # libcli11-dev
 set(DEMI_HAVE_CLI11 ${CLI11_FOUND})
-demi_report("CLI11" DEMI_HAVE_CLI11 "the train_cifar command line")
+demi_report("CLI11" DEMI_HAVE_CLI11 "the train_cifar and bench_train_step command lines")
 
 find_path(DEMI_STB_INCLUDE_DIR stb_image.h PATH_SUFFIXES stb)   # libstb-dev
 find_library(DEMI_STB_LIBRARY stb)

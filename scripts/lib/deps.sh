@@ -1,8 +1,9 @@
-# Sourced by scripts/test and scripts/train: installs the Debian packages demi builds with (as
-# root), or prints the exact apt-get line and exits non-zero.
+# Sourced by scripts/test, scripts/train, scripts/sanitize and scripts/fuzz: installs the Debian
+# packages demi builds with (as root), or prints the exact apt-get line and exits non-zero.
+# Extra arguments are further packages a script needs (scripts/fuzz: clang and its runtimes).
 demi_install_deps() {
   local packages=(cmake ninja-build g++ libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
-                  nlohmann-json3-dev libcli11-dev libstb-dev)
+                  nlohmann-json3-dev libcli11-dev libstb-dev "$@")
   local missing=() p
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,6 +13,7 @@
 
 #include "datasets/cifar10.h"
 #include "support/error_of.h"
+#include "support/real_data.h"
 #include "support/temp_dir.h"
 
 namespace demi::data {
@@ -108,6 +109,24 @@ TEST(Cifar10Binary, LabelOutOfRangeNamesFileRecordAndValue) {
   EXPECT_THAT(e, HasSubstr("label 57"));
 }
 
+// parse_cifar10_binary is what load_cifar10_binary runs on each file's bytes (and what the fuzzer feeds).
+TEST(Cifar10Binary, ParsesBytesAndNamesTheirSource) {
+  std::vector<uint8_t> bytes(2 * 3073, 9);
+  bytes[0] = 3;
+  bytes[3073] = 7;
+  bytes[3073 + 1 + 3071] = 200;
+  const Dataset d = parse_cifar10_binary(bytes.data(), bytes.size(), "two.bin");
+  EXPECT_EQ(d.labels.to_vector<int64_t>(), (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(d.images.data<uint8_t>()[3072 + 3071], 200);
+  EXPECT_EQ(d.classes, cifar10_classes());
+  EXPECT_THAT(error_of([&] { parse_cifar10_binary(bytes.data(), 3072, "short.bin"); }),
+              HasSubstr("short.bin is truncated: record 0 has 3072 bytes"));
+  EXPECT_THAT(error_of([&] { parse_cifar10_binary(bytes.data(), 0, "none.bin"); }), HasSubstr("none.bin is empty"));
+  bytes[3073] = 10;
+  EXPECT_THAT(error_of([&] { parse_cifar10_binary(bytes.data(), bytes.size(), "bad.bin"); }),
+              HasSubstr("bad.bin record 1 has label 10"));
+}
+
 TEST(Cifar10Binary, MissingBatchIsNamed) {
   TempDir tmp;
   write_binary_set(tmp.path);
@@ -135,25 +154,6 @@ TEST(Cifar10, DetectsTheFormatOrSaysWhatIsMissing) {
 }
 
 // --- the real data set -------------------------------------------------------------------------
-
-// Why the real data set is unavailable, or "" when $DEMI_CIFAR10 holds the image-folder tree.
-std::string missing_real_data() {
-  const char* env = std::getenv("DEMI_CIFAR10");
-  if (!env || !*env) return "DEMI_CIFAR10 is not set (ctest sets it to ../shared/data/cifar10)";
-  if (!fs::is_directory(fs::path(env) / "train") || !fs::is_directory(fs::path(env) / "test"))
-    return std::string("no CIFAR-10 image folder (train/, test/) at DEMI_CIFAR10=") + env;
-  return "";
-}
-
-// Skips when the data is missing, except under CI=true, where the data must be there.
-#define DEMI_REQUIRE_REAL_DATA()                                                  \
-  do {                                                                            \
-    const std::string missing = missing_real_data();                              \
-    const char* ci = std::getenv("CI");                                           \
-    if (!missing.empty() && ci && std::string(ci) == "true")                      \
-      FAIL() << missing << " (CI=true, so a missing data set is a failure)";      \
-    if (!missing.empty()) GTEST_SKIP() << missing;                                \
-  } while (0)
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();

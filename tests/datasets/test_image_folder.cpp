@@ -44,7 +44,7 @@ void put_chunk(std::vector<uint8_t>& out, const char* type, const std::vector<ui
   put_be32(out, crc32(body.data(), body.size()));
 }
 // pixels: HWC, `channels` 1 (gray), 3 (RGB) or 4 (RGBA).
-void write_png(const fs::path& path, int w, int h, int channels, const std::vector<uint8_t>& pixels) {
+std::vector<uint8_t> encode_png(int w, int h, int channels, const std::vector<uint8_t>& pixels) {
   std::vector<uint8_t> raw;
   for (int y = 0; y < h; ++y) {
     raw.push_back(0);  // filter: none
@@ -76,6 +76,10 @@ void write_png(const fs::path& path, int w, int h, int channels, const std::vect
   put_chunk(png, "IHDR", ihdr);
   put_chunk(png, "IDAT", z);
   put_chunk(png, "IEND", {});
+  return png;
+}
+void write_png(const fs::path& path, int w, int h, int channels, const std::vector<uint8_t>& pixels) {
+  const std::vector<uint8_t> png = encode_png(w, h, channels, pixels);
   fs::create_directories(path.parent_path());
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(png.data()), static_cast<std::streamsize>(png.size()));
 }
@@ -312,6 +316,62 @@ TEST(ImageFolder, BadImagesNameTheFile) {
   fs::remove(junk);
 
   EXPECT_NO_THROW(load_image_folder(root.string(), Split::Train, o));
+}
+
+// decode_cifar10_image is what load_image_folder runs on each file's bytes (and what the fuzzer
+// feeds): HWC -> CHW for a good image, an error before any pixel allocation for a forged header.
+TEST(ImageFolder, DecodeChecksTheFormatAndTheHeaderFirst) {
+  std::vector<uint8_t> chw(3072);
+  const std::vector<uint8_t> hwc = test_pixels(5);
+  const std::vector<uint8_t> png = encode_png(32, 32, 3, hwc);
+  decode_cifar10_image(png.data(), png.size(), "good.png", chw.data());
+  EXPECT_EQ(chw[0], hwc[0]);
+  EXPECT_EQ(chw[1024 + 1], hwc[1 * 3 + 1]);
+  EXPECT_EQ(chw[2048 + 1023], hwc[1023 * 3 + 2]);
+
+  // IHDR of 10000x10000 RGB (300 MB of pixels) and no real data: refused from the header alone.
+  std::vector<uint8_t> ihdr;
+  put_be32(ihdr, 10000);
+  put_be32(ihdr, 10000);
+  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});
+  std::vector<uint8_t> huge = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  put_chunk(huge, "IHDR", ihdr);
+  put_chunk(huge, "IDAT", {0x78, 0x01, 0x01, 0x00, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x01});
+  put_chunk(huge, "IEND", {});
+  std::string e = error_of([&] { decode_cifar10_image(huge.data(), huge.size(), "huge.png", chw.data()); });
+  EXPECT_THAT(e, HasSubstr("huge.png is 10000x10000 with 3 channel(s); expected 32x32 RGB"));
+
+  // Regression (fuzz/corpus/image_decode/regress_png_chunk_length.png): an IDAT chunk declaring
+  // 671 MB in a 522-byte file made stb_image allocate 671 MB before finding the data missing.
+  std::vector<uint8_t> forged_chunk(png.begin(), png.begin() + 33);  // signature + IHDR
+  put_be32(forged_chunk, 671088640);
+  forged_chunk.insert(forged_chunk.end(), {'I', 'D', 'A', 'T', 0x78, 0x01});
+  e = error_of([&] { decode_cifar10_image(forged_chunk.data(), forged_chunk.size(), "chunk.png", chw.data()); });
+  EXPECT_THAT(e, HasSubstr("chunk.png could not be decoded: a PNG chunk at byte 33 declares 671088640 bytes but only 2 follow"));
+  const std::vector<uint8_t> big(2 << 20, 0);
+  EXPECT_THAT(error_of([&] { decode_cifar10_image(big.data(), big.size(), "big.png", chw.data()); }),
+              HasSubstr("big.png is empty or too large (2097152 bytes"));
+
+  // A BMP (which stb_image would decode) named .png: only PNG and JPEG reach the decoder.
+  std::vector<uint8_t> bmp = {'B', 'M'};
+  bmp.resize(64, 0);
+  e = error_of([&] { decode_cifar10_image(bmp.data(), bmp.size(), "bitmap.png", chw.data()); });
+  EXPECT_THAT(e, HasSubstr("bitmap.png could not be decoded: it is neither a PNG nor a JPEG"));
+
+  // Regression (fuzz/corpus/image_decode/regress_dht_over_256_codes.jpg): a JPEG Huffman table of
+  // 300 codes made stb_image 2.27 write past its 257-entry table; refused before stb sees it.
+  std::vector<uint8_t> dht = {0xff, 0xd8, 0xff, 0xc4, 0x01, 0x3d, 0x00};
+  for (int i = 0; i < 14; ++i) dht.push_back(0);
+  dht.insert(dht.end(), {255, 45});
+  dht.resize(dht.size() + 300, 1);
+  dht.insert(dht.end(), {0xff, 0xd9});
+  e = error_of([&] { decode_cifar10_image(dht.data(), dht.size(), "dht.jpg", chw.data()); });
+  EXPECT_THAT(e, HasSubstr("dht.jpg could not be decoded: a JPEG Huffman table declares 300 codes"));
+
+  // A PNG cut off after its header: the header says 32x32 RGB, the pixels are missing.
+  const std::vector<uint8_t> cut(png.begin(), png.begin() + 40);
+  e = error_of([&] { decode_cifar10_image(cut.data(), cut.size(), "cut.png", chw.data()); });
+  EXPECT_THAT(e, HasSubstr("cut.png could not be decoded (stb_image: "));
 }
 
 TEST(ImageFolder, MissingOrEmptyFoldersAreErrors) {

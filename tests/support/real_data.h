@@ -1,0 +1,36 @@
+// The real CIFAR-10 for data, trainer and convergence tests: ctest sets $DEMI_CIFAR10 to
+// ../shared/data/cifar10. Missing data skips a test on a developer machine and fails it under
+// CI=true, where the data must be there.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace demi::test {
+
+// Why the real data set is unavailable, or "" when $DEMI_CIFAR10 holds the image-folder tree.
+inline std::string missing_real_data() {
+  const char* env = std::getenv("DEMI_CIFAR10");
+  if (!env || !*env) return "DEMI_CIFAR10 is not set (ctest sets it to ../shared/data/cifar10)";
+  const std::filesystem::path dir(env);
+  if (!std::filesystem::is_directory(dir / "train") || !std::filesystem::is_directory(dir / "test"))
+    return std::string("no CIFAR-10 image folder (train/, test/) at DEMI_CIFAR10=") + env;
+  return "";
+}
+
+inline std::string real_data_dir() { return std::getenv("DEMI_CIFAR10"); }
+
+}  // namespace demi::test
+
+// Use at the top of a TEST body: skips (or fails under CI=true) when the data is missing.
+#define DEMI_REQUIRE_REAL_DATA()                                                     \
+  do {                                                                               \
+    const std::string demi_missing_ = ::demi::test::missing_real_data();             \
+    const char* demi_ci_ = std::getenv("CI");                                        \
+    if (!demi_missing_.empty() && demi_ci_ && std::string(demi_ci_) == "true")       \
+      FAIL() << demi_missing_ << " (CI=true, so a missing data set is a failure)";   \
+    if (!demi_missing_.empty()) GTEST_SKIP() << demi_missing_;                       \
+  } while (0)
