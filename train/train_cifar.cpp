@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_flag("--half-params", c.half_params, "model weights in fp16/bf16 with fp32 masters in the optimizer "
                "(BatchNorm stays fp32)");
+  app.add_option("--master-weights", c.master_weights, "with --half-params: fp32 (the optimizer steps an fp32 copy) or "
+                 "none (it steps the half weights directly; updates below half an ulp are lost: for experiments)")
+      ->check(CLI::IsMember({"fp32", "none"}))->capture_default_str();
   app.add_option("--loss-scale", c.loss_scale, "dynamic (GradScaler; fp16 only), none, or a fixed number")
       ->capture_default_str();
   app.add_option("--clip", c.clip, "clip the global gradient norm to this (0: off); applied to true gradients")
@@ -62,6 +65,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--report", c.report_dir, "only regenerate DIR/report.html from DIR/metrics.jsonl");
+  app.add_option("--max-nonfinite-steps", c.max_nonfinite_steps,
+                 "stop (with a clear error) after this many steps in a row with an inf/NaN loss")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--max-steps", c.max_steps, "stop after this many steps in all, with a checkpoint (0: no limit)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--log-every", c.log_every, "steps between metrics.jsonl records and plain progress lines")

@@ -19,6 +19,7 @@
 #include "datasets/cifar10.h"
 #include "framework/demi/demi.h"
 #include "models/small_cnn.h"
+#include "train/checkpoint.h"
 #include "train/report.h"
 #include "train/safetensors.h"
 
@@ -90,7 +91,26 @@ std::string format_duration(double s) {
   return out.str();
 }
 
+// On resume, drops the metrics.jsonl records written after the checkpoint (a run killed between
+// checkpoints logged steps that will be trained again) and a torn last line, so the log holds
+// each step once.
+void keep_records_up_to(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in.good()) return;
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    const json record = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+        record["step"].get<int64_t>() <= step) {
+      kept += line + "\n";
+    }
+  }
+  in.close();
+  write_file_atomically(path, kept);
+}
+
 }  // namespace
+
 
 double run_training(const TrainerConfig& c) {
   if (!c.report_dir.empty()) {
@@ -135,6 +155,10 @@ double run_training(const TrainerConfig& c) {
     DEMI_CHECK(dtype != DType::F32, "--half-params needs --precision fp16 or bf16");
     model->to(dtype);  // BatchNorm stays fp32
   }
+  DEMI_CHECK(c.master_weights == "fp32" || c.master_weights == "none", "--master-weights: '", c.master_weights,
+             "' is not one of fp32, none");
+  const optim::MasterWeights masters =
+      c.master_weights == "fp32" ? optim::MasterWeights::Fp32 : optim::MasterWeights::None;
   std::unique_ptr<optim::Optimizer> opt;
   if (c.optimizer == "sgd") {
     optim::SGD::Options o;
@@ -142,12 +166,14 @@ double run_training(const TrainerConfig& c) {
     o.momentum = 0.9;
     o.nesterov = true;
     o.weight_decay = 5e-4;
+    o.master_weights = masters;
     opt = std::make_unique<optim::SGD>(model->parameters(), o);
   } else {
     DEMI_CHECK(c.optimizer == "adamw", "--optimizer: '", c.optimizer, "' is not one of sgd, adamw");
     optim::AdamW::Options o;
     o.lr = c.lr;
     o.weight_decay = 5e-4;
+    o.master_weights = masters;
     opt = std::make_unique<optim::AdamW>(model->parameters(), o);
   }
   amp::GradScaler::Options so;
@@ -186,21 +212,15 @@ double run_training(const TrainerConfig& c) {
   double best_accuracy = 0.0;
   const std::string resume = c.resume_dir;
   if (!resume.empty()) {
-    const std::string state_path = resume + "/state.json";
-    std::ifstream in(state_path);
-    DEMI_CHECK(in.good(), "--resume: no checkpoint in '", resume, "' (", state_path, " is missing)");
-    json state;
-    try {
-      state = json::parse(in);
-    } catch (const std::exception& e) {
-      DEMI_THROW("--resume: '", state_path, "' is not valid JSON (", e.what(), ")");
-    }
-    DEMI_CHECK(state.value("model", "") == c.model && state.value("precision", "") == c.precision,
-               "--resume: the checkpoint is ", state.value("model", "?"), "/", state.value("precision", "?"),
-               " but this run is ", c.model, "/", c.precision, "; pass the same --model and --precision");
-    model->load_state_dict(load_safetensors(resume + "/model.safetensors"));
-    opt->load_state_dict(load_safetensors(resume + "/optimizer.safetensors"));
-    if (scaler.is_enabled()) scaler.load_state_dict(state.at("scaler").get<std::map<std::string, double>>());
+    const Checkpoint checkpoint = load_checkpoint(resume);  // verified; falls back to the previous one
+    const json& state = checkpoint.state;
+    DEMI_CHECK(state.at("model") == c.model && state.at("precision") == c.precision,
+               "--resume: the checkpoint is ", state.at("model").get<std::string>(), "/",
+               state.at("precision").get<std::string>(), " but this run is ", c.model, "/", c.precision,
+               "; pass the same --model and --precision");
+    model->load_state_dict(checkpoint.model);
+    opt->load_state_dict(checkpoint.optimizer);
+    if (scaler.is_enabled()) scaler.load_state_dict(state.value("scaler", std::map<std::string, double>{}));
     first_epoch = state.at("epochs_done").get<int>();
     step = state.at("step").get<int64_t>();
     resume_batches = state.value("batches_done_in_epoch", int64_t{0});
@@ -213,14 +233,12 @@ double run_training(const TrainerConfig& c) {
 
   const std::string checkpoint_dir = c.out_dir;
   int64_t batches_done_in_epoch = 0;
-  auto save_checkpoint = [&](int epochs_done) {
-    save_safetensors(checkpoint_dir + "/model.safetensors", model->state_dict(), {{"format", "pt"}});
-    save_safetensors(checkpoint_dir + "/optimizer.safetensors", opt->state_dict());
+  auto checkpoint_now = [&](int epochs_done) {
     json state = {{"model", c.model}, {"precision", c.precision}, {"epochs_done", epochs_done}, {"step", step},
                   {"batches_done_in_epoch", batches_done_in_epoch}, {"best_accuracy", best_accuracy},
                   {"seed", c.seed}, {"scaler", scaler.state_dict()},
                   {"lr", opt->lr(0)}};
-    write_file_atomically(checkpoint_dir + "/state.json", state.dump(2) + "\n");
+    save_checkpoint(checkpoint_dir, step, {model->state_dict(), opt->state_dict(), state, ""});
   };
 
   if (c.eval_only) {
@@ -229,7 +247,9 @@ double run_training(const TrainerConfig& c) {
     return acc;
   }
 
-  std::ofstream metrics(c.out_dir + "/metrics.jsonl", resume.empty() ? std::ios::trunc : std::ios::app);
+  const std::string metrics_path = c.out_dir + "/metrics.jsonl";
+  if (!resume.empty()) keep_records_up_to(metrics_path, step);
+  std::ofstream metrics(metrics_path, resume.empty() ? std::ios::trunc : std::ios::app);
   DEMI_CHECK(metrics.good(), "cannot write '", c.out_dir, "/metrics.jsonl'");
   // With --clip 0 the norm is still measured (an infinite bound never clips) for metrics.jsonl.
   const double clip = c.clip > 0 ? c.clip : std::numeric_limits<double>::infinity();
@@ -257,10 +277,15 @@ double run_training(const TrainerConfig& c) {
   int epochs_done = first_epoch;
   std::cout << c.model << " " << c.precision << (c.half_params ? " (half params)" : "") << " on " << device << ", "
             << c.epochs << " epochs of " << steps_per_epoch << " steps, batch " << c.batch_size << "\n";
+  int nonfinite_in_a_row = 0;
+  int64_t nonfinite_total = 0;
+  double loss_since_record = 0.0;  // for the step records' loss_mean: one step's loss is noisy
+  int64_t steps_since_record = 0;
   for (int epoch = first_epoch; epoch < c.epochs && !stop_requested(); ++epoch) {
     train_loader.start_epoch(epoch);
     const auto epoch_start = Clock::now();
-    double loss_sum = 0.0;
+    double loss_sum = 0.0;  // over the epoch's finite losses
+    int64_t finite_losses = 0;
     int64_t batch_index = 0, epoch_images = 0;
     data::Batch batch;
     // Resuming inside an epoch: its batch order is fixed by (seed, epoch), so skipping the batches
@@ -281,30 +306,54 @@ double run_training(const TrainerConfig& c) {
       if (static_scale) scaler.update(*static_scale);
       ++step;
       ++batch_index;
-      loss_sum += r.loss;
+      if (r.non_finite_loss) {
+        // Poisoned data or divergence: the update was skipped (by the scaler or by TrainStep).
+        ++nonfinite_total;
+        warn("epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch_index) + " (step " +
+             std::to_string(step) + "): the loss is " + std::to_string(r.loss) + "; the update was skipped");
+        metrics << json{{"type", "nonfinite"}, {"step", step}, {"epoch", epoch}, {"batch", batch_index - 1}}.dump()
+                << "\n";
+        metrics.flush();
+        DEMI_CHECK(++nonfinite_in_a_row < c.max_nonfinite_steps, "stopping: ", nonfinite_in_a_row,
+                   " steps in a row had a non-finite loss (the last: epoch ", epoch + 1, ", batch ", batch_index,
+                   "). The data holds inf/NaN or training diverged (try a lower --lr or --clip); no update was "
+                   "taken from those steps and the checkpoint in '", c.out_dir, "' is untouched: fix the cause and "
+                   "--resume ", c.out_dir);
+      } else {
+        nonfinite_in_a_row = 0;
+      }
+      if (!r.non_finite_loss) {
+        loss_sum += r.loss;
+        ++finite_losses;
+        loss_since_record += r.loss;
+        ++steps_since_record;
+      }
       epoch_images += images.size(0);
       images_seen += images.size(0);
       const double ips = static_cast<double>(epoch_images) / seconds_since(epoch_start);
       if (step % c.log_every == 0) {
-        metrics << json{{"type", "step"}, {"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"lr", opt->lr(0)},
+        metrics << json{{"type", "step"}, {"step", step}, {"epoch", epoch}, {"loss", r.loss},
+                        {"loss_mean", loss_since_record / static_cast<double>(std::max<int64_t>(1, steps_since_record))}, {"lr", opt->lr(0)},
                         {"loss_scale", scaler.get_scale()}, {"skipped_steps", scaler.steps_skipped()},
                         {"grad_norm", r.grad_norm}, {"images_per_s", ips},
                         {"step_ms", 1000.0 * seconds_since(step_start)}}.dump()
                 << "\n";
         metrics.flush();
+        loss_since_record = 0.0;
+        steps_since_record = 0;
       }
       batches_done_in_epoch = batch_index;
       const double eta = (steps_per_epoch - batch_index) * seconds_since(epoch_start) /
                          static_cast<double>(batch_index - first_batch);
       std::ostringstream line;
       line << "epoch " << epoch + 1 << "/" << c.epochs << " " << std::setw(4) << batch_index << "/" << steps_per_epoch
-           << " loss " << std::fixed << std::setprecision(4) << loss_sum / static_cast<double>(batch_index - first_batch)
+           << " loss " << std::fixed << std::setprecision(4) << loss_sum / static_cast<double>(std::max<int64_t>(1, finite_losses))
            << " "
            << std::setprecision(0) << ips << " img/s scale " << scaler.get_scale() << " ETA " << format_duration(eta);
       if (tty) {
         std::cout << "\r" << line.str() << std::flush;
       } else if (batch_index % c.log_every == 0) {
-        std::cout << line.str() << "\n";
+        std::cout << line.str() << std::endl;  // flushed: logs and `| tee` show progress as it happens
       }
     }
     if (tty) std::cout << "\n";
@@ -319,7 +368,7 @@ double run_training(const TrainerConfig& c) {
     batches_done_in_epoch = 0;
     const double epoch_time = seconds_since(epoch_start);
     json record = {{"type", "epoch"}, {"epoch", epoch}, {"step", step},
-                   {"train_loss", batch_index > first_batch ? loss_sum / static_cast<double>(batch_index - first_batch) : 0.0},
+                   {"train_loss", finite_losses > 0 ? loss_sum / static_cast<double>(finite_losses) : 0.0},
                    {"test_accuracy", accuracy}, {"lr", opt->lr(0)}, {"loss_scale", scaler.get_scale()},
                    {"skipped_steps", scaler.steps_skipped()},
                    {"images_per_s", static_cast<double>(epoch_images) / epoch_time}, {"epoch_time_s", epoch_time},
@@ -327,25 +376,25 @@ double run_training(const TrainerConfig& c) {
     metrics << record.dump() << "\n";
     metrics.flush();
     std::cout << "epoch " << epoch + 1 << ": test accuracy " << std::setprecision(2) << 100.0 * accuracy << "% ("
-              << std::setprecision(1) << epoch_time << " s)\n";
-    save_checkpoint(epochs_done);
+              << std::setprecision(1) << epoch_time << " s)" << std::endl;
+    checkpoint_now(epochs_done);
     write_report(c.out_dir);
   }
-  if (batches_done_in_epoch > 0) save_checkpoint(epochs_done);  // stopped inside an epoch
+  if (batches_done_in_epoch > 0) checkpoint_now(epochs_done);  // stopped inside an epoch
 
   // Summary
   const double total_time = seconds_since(run_start);
   const MemoryReport memory = memory_report(device);
   json summary = {{"model", c.model},
                   {"precision", c.precision},
-                  {"half_params", c.half_params},
+                  {"half_params", c.half_params}, {"master_weights", c.master_weights},
                   {"device", device.str()},
                   {"epochs", epochs_done},
                   {"time_s", total_time},
                   {"images_per_s", total_time > 0 ? static_cast<double>(images_seen) / total_time : 0.0},
                   {"final_test_accuracy", accuracy},
                   {"best_test_accuracy", best_accuracy},
-                  {"steps_skipped", scaler.steps_skipped()},
+                  {"steps_skipped", scaler.steps_skipped()}, {"nonfinite_loss_steps", nonfinite_total},
                   {"final_loss_scale", scaler.get_scale()}};
   json peak = json::object();
   for (int i = 0; i < kNumMemoryCategories; ++i) {
@@ -360,7 +409,8 @@ double run_training(const TrainerConfig& c) {
             << std::setw(24) << "images/s" << std::setprecision(0) << summary["images_per_s"].get<double>() << "\n"
             << std::setw(24) << "final test accuracy" << std::setprecision(2) << 100.0 * accuracy << "%\n"
             << std::setw(24) << "best test accuracy" << 100.0 * best_accuracy << "%\n"
-            << std::setw(24) << "steps skipped" << scaler.steps_skipped() << "\n"
+            << std::setw(24) << "steps skipped" << scaler.steps_skipped() + (scaler.is_enabled() ? 0 : nonfinite_total)
+            << (nonfinite_total > 0 ? " (" + std::to_string(nonfinite_total) + " with a non-finite loss)" : "") << "\n"
             << std::setw(24) << "final loss scale" << std::setprecision(0) << scaler.get_scale() << "\n"
             << "peak memory by category:\n"
             << memory.str() << "outputs in " << c.out_dir << " (metrics.jsonl, report.html, summary.json, checkpoint)\n";

@@ -24,6 +24,7 @@ struct TrainerConfig {
   std::string schedule = "onecycle";  // onecycle | cosine | step | none
   double label_smoothing = 0.0;
   bool half_params = false;          // model weights in the half dtype, fp32 masters in the optimizer
+  std::string master_weights = "fp32";  // fp32 | none (with half_params: step the half weights directly)
   std::string loss_scale = "dynamic";  // dynamic | none | <number>
   double clip = 0.0;
   int accum = 1;
@@ -35,8 +36,9 @@ struct TrainerConfig {
   int64_t test_subset = 0;
   int threads = 0;           // 0: all cores
   int log_every = 50;
-  int64_t max_steps = 0;
-  std::string report_dir;    // only regenerate DIR/report.html from DIR/metrics.jsonl     // stop (and checkpoint, as on Ctrl-C) once this many steps are done; 0: no limit
+  int max_nonfinite_steps = 10;  // stop after this many steps in a row with an inf/NaN loss
+  int64_t max_steps = 0;     // stop (and checkpoint, as on Ctrl-C) once this many steps are done; 0: no limit
+  std::string report_dir;    // only regenerate DIR/report.html from DIR/metrics.jsonl
 };
 
 // Set by the SIGINT handler: the loop stops after the current step, checkpoints and returns.

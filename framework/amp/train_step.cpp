@@ -1,9 +1,11 @@
 // TrainStep::run: the order of the AMP step, in one place.
 #include "framework/amp/train_step.h"
 
+#include <cmath>
 #include <optional>
 
 #include "framework/amp/autocast.h"
+#include "framework/autograd/profiler.h"
 #include "framework/ops/ops.h"
 
 namespace demi::amp {
@@ -19,7 +21,11 @@ TrainStep::TrainStep(optim::Optimizer& optimizer, GradScaler& scaler, const Opti
 
 TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
   Result result;
-  optimizer_.zero_grad();
+  {
+    // Regions: the optimizer's kernels are no ops, so a profile would not show them otherwise.
+    profiler::Region region("zero_grad");
+    optimizer_.zero_grad();
+  }
   for (int i = 0; i < options_.micro_batches; ++i) {
     Tensor loss;
     {
@@ -28,16 +34,28 @@ TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
       loss = loss_fn(i);
     }
     DEMI_CHECK(loss.defined() && loss.numel() == 1, "TrainStep: loss_fn must return a one-element loss");
-    result.loss += loss.item<double>() / options_.micro_batches;
+    const double value = loss.item<double>();
+    result.loss += value / options_.micro_batches;
+    if (!std::isfinite(value)) {
+      result.non_finite_loss = true;
+      if (!scaler_.is_enabled()) {  // nothing would catch its gradients: do not take this step
+        if (scheduler_) scheduler_->step(optim::StepOutcome::Skipped);
+        return result;
+      }
+    }
     // Backward outside autocast: its ops run in the dtypes the forward saved.
     scaler_.scale(options_.micro_batches > 1 ? loss / static_cast<double>(options_.micro_batches) : loss).backward();
   }
   if (probe_) probe_();
   if (options_.clip_grad_norm > 0.0) {
+    profiler::Region region("clip_grad_norm");
     result.grad_norm = scaler_.clip_grad_norm_(optimizer_, options_.clip_grad_norm).item<double>();
   }
-  result.stepped = scaler_.step(optimizer_);
-  scaler_.update();
+  {
+    profiler::Region region("optimizer step");  // with the scaler's unscale_ and update
+    result.stepped = scaler_.step(optimizer_);
+    scaler_.update();
+  }
   if (scheduler_) scheduler_->step(result.stepped ? optim::StepOutcome::Taken : optim::StepOutcome::Skipped);
   return result;
 }

@@ -1,6 +1,8 @@
 // amp::TrainStep: the one correct mixed-precision step, written once so nobody reorders it:
 // zero_grad; per micro-batch, forward + loss under autocast and the scaled backward outside it;
 // unscale_; optional clipping of the true gradients; step (skipped on inf/NaN); update; scheduler.
+// A non-finite loss never reaches the weights: with the scaler its inf/NaN gradients make the
+// scaler skip the step (and count it); without one (fp32, bf16) the step is skipped here.
 #pragma once
 
 #include <functional>
@@ -22,7 +24,8 @@ class TrainStep {
   };
   struct Result {
     double loss = 0.0;       // mean loss over the micro-batches (unscaled)
-    bool stepped = false;    // false when the scaler skipped the step
+    bool stepped = false;    // false when the scaler skipped the step, or the loss was not finite
+    bool non_finite_loss = false;  // a micro-batch's loss was inf/NaN (poisoned data, divergence)
     double grad_norm = 0.0;  // before clipping; 0 when not clipping
   };
 

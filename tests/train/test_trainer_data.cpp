@@ -1,6 +1,7 @@
 // train_cifar's Trainer end to end on a small slice of the real CIFAR-10: every output exists and
 // parses, and --resume continues from the checkpoint. Needs $DEMI_CIFAR10 (fails under CI=true
 // when it is missing, skips otherwise).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -8,7 +9,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "support/error_of.h"
+#include "support/real_data.h"
 #include "support/temp_dir.h"
+#include "support/trainer_run.h"
 #include "train/safetensors.h"
 #include "train/trainer.h"
 
@@ -17,26 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string data_dir_or_skip() {
-  const char* dir = std::getenv("DEMI_CIFAR10");
-  if (dir && fs::is_directory(dir)) return dir;
-  const char* ci = std::getenv("CI");
-  if (ci && std::string(ci) == "true") {
-    ADD_FAILURE() << "CIFAR-10 not found at $DEMI_CIFAR10 (" << (dir ? dir : "unset") << "); CI must have the data";
-  }
-  return "";
-}
-
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<nlohmann::json> out;
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 TEST(TrainerData, OneEpochWritesMetricsSummaryAndACheckpointThatResumes) {
-  const std::string data = data_dir_or_skip();
-  if (data.empty()) GTEST_SKIP() << "CIFAR-10 not found: set DEMI_CIFAR10";
+  DEMI_REQUIRE_REAL_DATA();
+  const std::string data = test::real_data_dir();
   const test::TempDir tmp("demi_test_trainer_");
   const fs::path& out = tmp.path;
   train::TrainerConfig c;
@@ -51,7 +38,7 @@ TEST(TrainerData, OneEpochWritesMetricsSummaryAndACheckpointThatResumes) {
   const double accuracy = train::run_training(c);
   EXPECT_GT(accuracy, 0.0);
 
-  const auto records = read_jsonl((out / "metrics.jsonl").string());
+  const auto records = test::read_jsonl((out / "metrics.jsonl").string());
   ASSERT_FALSE(records.empty());
   EXPECT_EQ(records.front().at("type"), "step");
   EXPECT_EQ(records.front().at("step"), 5);
@@ -79,14 +66,14 @@ TEST(TrainerData, OneEpochWritesMetricsSummaryAndACheckpointThatResumes) {
   c.epochs = 2;
   c.resume_dir = out.string();
   train::run_training(c);
-  const auto resumed = read_jsonl((out / "metrics.jsonl").string());
+  const auto resumed = test::read_jsonl((out / "metrics.jsonl").string());
   EXPECT_EQ(resumed.back().at("epoch"), 1);
   EXPECT_EQ(resumed.back().at("step"), 20);
 }
 
 TEST(TrainerData, StoppingMidEpochAndResumingReproducesTheUninterruptedRun) {
-  const std::string data = data_dir_or_skip();
-  if (data.empty()) GTEST_SKIP() << "CIFAR-10 not found: set DEMI_CIFAR10";
+  DEMI_REQUIRE_REAL_DATA();
+  const std::string data = test::real_data_dir();
   const test::TempDir tmp_a("demi_test_trainer_a_"), tmp_b("demi_test_trainer_b_");
   const fs::path &a = tmp_a.path, &b = tmp_b.path;
   train::TrainerConfig c;
@@ -111,6 +98,36 @@ TEST(TrainerData, StoppingMidEpochAndResumingReproducesTheUninterruptedRun) {
   const auto wb = train::load_safetensors((b / "model.safetensors").string());
   ASSERT_EQ(wa.size(), wb.size());
   for (const auto& [name, t] : wa) EXPECT_EQ(t.to_vector<float>(), wb.at(name).to_vector<float>()) << name;
+}
+
+TEST(TrainerData, ADivergingRunStopsWithAClearErrorAndKeepsTheCheckpoint) {
+  DEMI_REQUIRE_REAL_DATA();
+  const test::TempDir tmp("demi_test_trainer_diverge_");
+  train::TrainerConfig c;
+  c.data_dir = test::real_data_dir();
+  c.epochs = 1;
+  c.batch_size = 64;
+  c.train_subset = 320;
+  c.test_subset = 100;
+  c.out_dir = tmp.path.string();
+  train::run_training(c);  // a good checkpoint after epoch 1
+  std::ifstream before_file(tmp.path / "state.json");
+  const std::string before((std::istreambuf_iterator<char>(before_file)), std::istreambuf_iterator<char>());
+
+  c.epochs = 3;
+  c.lr = 1e30;  // garbage: the weights blow up and every loss after the first update is inf/NaN
+  c.schedule = "none";
+  c.max_nonfinite_steps = 3;
+  c.resume_dir = c.out_dir;
+  const std::string e = test::error_of([&] { train::run_training(c); });
+  EXPECT_THAT(e, ::testing::HasSubstr("3 steps in a row had a non-finite loss"));
+  EXPECT_THAT(e, ::testing::HasSubstr("--resume " + c.out_dir));
+  std::ifstream after_file(tmp.path / "state.json");
+  const std::string after((std::istreambuf_iterator<char>(after_file)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(after, before) << "a stopped, diverged run must not overwrite the last good checkpoint";
+  size_t nonfinite_records = 0;
+  for (const auto& r : test::read_jsonl((tmp.path / "metrics.jsonl").string())) nonfinite_records += r.at("type") == "nonfinite";
+  EXPECT_EQ(nonfinite_records, 3u);
 }
 
 }  // namespace
