@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "framework/core/error.h"
@@ -52,6 +54,18 @@ json describe_file(const fs::path& path) {
 template <typename T>
 T field(const json& object, const char* key, const std::string& name) {
   DEMI_CHECK(object.contains(key), name, ": missing \"", key, "\"");
+  // Checked before get<T>: converting 1e33 to an integer is undefined behaviour, not an exception.
+  const json& v = object.at(key);
+  if constexpr (std::is_integral_v<T>) {
+    DEMI_CHECK(std::is_signed_v<T> ? v.is_number_integer() : v.is_number_unsigned(), name, ": \"", key,
+               "\" must be a", std::is_signed_v<T> ? "n integer" : " non-negative integer", ", got ", v.dump());
+    if constexpr (std::is_signed_v<T>) {
+      DEMI_CHECK(v.get<int64_t>() >= std::numeric_limits<T>::min() && v.get<int64_t>() <= std::numeric_limits<T>::max(),
+                 name, ": \"", key, "\" is out of range: ", v.dump());
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    DEMI_CHECK(v.is_number(), name, ": \"", key, "\" must be a number, got ", v.type_name());
+  }
   try {
     return object.at(key).get<T>();
   } catch (const json::exception&) {
@@ -112,12 +126,15 @@ json parse_checkpoint_state(const std::string& text, const std::string& name) {
   DEMI_CHECK(s.is_object(), name, ": expected a JSON object, got ", s.type_name());
   field<std::string>(s, "model", name);
   field<std::string>(s, "precision", name);
-  DEMI_CHECK(field<int64_t>(s, "epochs_done", name) >= 0, name, ": \"epochs_done\" is negative");
+  DEMI_CHECK(field<int>(s, "epochs_done", name) >= 0, name, ": \"epochs_done\" is negative");
   DEMI_CHECK(field<int64_t>(s, "step", name) >= 0, name, ": \"step\" is negative");
   if (s.contains("batches_done_in_epoch"))
     DEMI_CHECK(field<int64_t>(s, "batches_done_in_epoch", name) >= 0, name, ": \"batches_done_in_epoch\" is negative");
   if (s.contains("best_accuracy")) field<double>(s, "best_accuracy", name);
-  if (s.contains("scaler")) field<std::map<std::string, double>>(s, "scaler", name);
+  if (s.contains("scaler")) {
+    DEMI_CHECK(s.at("scaler").is_object(), name, ": \"scaler\" must be an object");
+    for (const auto& [key, value] : s.at("scaler").items()) field<double>(s.at("scaler"), key.c_str(), name);
+  }
   if (s.contains("checkpoint")) {
     const json& c = s.at("checkpoint");
     DEMI_CHECK(c.is_object(), name, ": \"checkpoint\" must be an object");

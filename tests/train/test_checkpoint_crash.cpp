@@ -151,7 +151,11 @@ TEST(CheckpointCrash, MalformedCommitRecordsAreErrorsNamingTheFile) {
   EXPECT_THAT(parse_error("[1, 2]"), HasSubstr("expected a JSON object"));
   EXPECT_THAT(parse_error(R"({"model": "m", "precision": "fp32", "epochs_done": 0})"), HasSubstr("missing \"step\""));
   EXPECT_THAT(parse_error(R"({"model": "m", "precision": "fp32", "epochs_done": "0", "step": 1})"),
-              HasSubstr("\"epochs_done\" has the wrong type"));
+              HasSubstr("\"epochs_done\" must be an integer, got \"0\""));
+  EXPECT_THAT(parse_error(R"({"model": "m", "precision": "fp32", "epochs_done": 1.4e33, "step": 1})"),
+              HasSubstr("\"epochs_done\" must be an integer"));  // found by the fuzzer: UB in get<int>
+  EXPECT_THAT(parse_error(R"({"model": "m", "precision": "fp32", "epochs_done": 0, "step": 1, "scaler": {"scale": "x"}})"),
+              HasSubstr("\"scale\" must be a number"));
   const std::string escape =
       R"({"model": "m", "precision": "fp32", "epochs_done": 0, "step": 1, "checkpoint": {"dir": "checkpoints/step-1/../../../etc", "files": {}}})";
   EXPECT_THAT(parse_error(escape), HasSubstr("is not a checkpoints/step-<N> directory"));
