@@ -84,35 +84,45 @@ struct DataLoader::State {
     const int64_t n = data.size();
     const int64_t begin = b * options.batch_size;
     const int64_t count = std::min(options.batch_size, n - begin);
+    // This shard's rows [lo, hi) of the batch; every row's random draws are still made, in order,
+    // so that a row is augmented the same whichever shard serves it.
+    const int64_t lo = count * options.shard / options.num_shards;
+    const int64_t hi = count * (options.shard + 1) / options.num_shards;
     const uint8_t* images = data.images.data<uint8_t>();
     const int64_t* labels = data.labels.data<int64_t>();
     const int64_t num_classes = static_cast<int64_t>(data.classes.size());
 
     Batch out;
-    out.labels = empty({count}, DType::I64);
+    out.labels = empty({hi - lo}, DType::I64);
     int64_t* out_labels = out.labels.data<int64_t>();
-    Tensor f32 = empty({count, 3, kSide, kSide}, DType::F32);
+    Tensor f32 = empty({hi - lo, 3, kSide, kSide}, DType::F32);
     float* dst = f32.data<float>();
     detail::Rng rng(detail::derive_seed(detail::derive_seed(detail::derive_seed(options.seed, kAugmentTag), epoch), b));
     const AugmentOptions& aug = options.augmentation;
     for (int64_t i = 0; i < count; ++i) {
+      // Crop offsets are drawn in the padded image: (dy, dx) in [0, 2p]; source = out + offset - p.
+      const int64_t p = options.augment ? aug.crop_padding : 0;
+      const int64_t dy = p ? static_cast<int64_t>(rng.below(2 * p + 1)) - p : 0;
+      const int64_t dx = p ? static_cast<int64_t>(rng.below(2 * p + 1)) - p : 0;
+      const bool flip = options.augment && aug.flip && (rng.next() >> 63);
+      // Cutout's centre: anywhere in the image, the square clipped at the border (DeVries & Taylor, 2017).
+      const bool cut = options.augment && aug.cutout > 0;
+      const int64_t cy = cut ? static_cast<int64_t>(rng.below(kSide)) : 0;
+      const int64_t cx = cut ? static_cast<int64_t>(rng.below(kSide)) : 0;
+      if (i < lo || i >= hi) continue;  // another shard's row
+
       const int64_t index = order[static_cast<size_t>(begin + i)];
       const int64_t label = labels[index];
       DEMI_CHECK(label >= 0 && (num_classes == 0 || label < num_classes), "DataLoader: example ", index, " has label ",
                  label, ", outside [0, ", num_classes, "); fix the dataset's labels or its class list");
-      out_labels[i] = label;
+      out_labels[i - lo] = label;
       const uint8_t* src = images + index * kImage;
-      float* out_image = dst + i * kImage;
+      float* out_image = dst + (i - lo) * kImage;
       if (!options.augment) {
         for (int64_t c = 0; c < 3; ++c)
           for (int64_t k = 0; k < kPlane; ++k) out_image[c * kPlane + k] = lut[c][src[c * kPlane + k]];
         continue;
       }
-      // Crop offsets are drawn in the padded image: (dy, dx) in [0, 2p]; source = out + offset - p.
-      const int64_t p = aug.crop_padding;
-      const int64_t dy = p ? static_cast<int64_t>(rng.below(2 * p + 1)) - p : 0;
-      const int64_t dx = p ? static_cast<int64_t>(rng.below(2 * p + 1)) - p : 0;
-      const bool flip = aug.flip && (rng.next() >> 63);
       for (int64_t c = 0; c < 3; ++c) {
         for (int64_t y = 0; y < kSide; ++y) {
           const int64_t sy = y + dy;
@@ -123,9 +133,7 @@ struct DataLoader::State {
           }
         }
       }
-      if (aug.cutout > 0) {
-        // Centre anywhere in the image, square clipped at the border (DeVries & Taylor, 2017).
-        const int64_t cy = static_cast<int64_t>(rng.below(kSide)), cx = static_cast<int64_t>(rng.below(kSide));
+      if (cut) {
         const int64_t y0 = std::max<int64_t>(0, cy - aug.cutout / 2), y1 = std::min(kSide, cy - aug.cutout / 2 + aug.cutout);
         const int64_t x0 = std::max<int64_t>(0, cx - aug.cutout / 2), x1 = std::min(kSide, cx - aug.cutout / 2 + aug.cutout);
         for (int64_t c = 0; c < 3; ++c)
@@ -158,6 +166,10 @@ DataLoader::DataLoader(Dataset data, const Options& options) : state_(std::make_
              "DataLoader: images must be uint8 [", n, ", 3, 32, 32] on the CPU (N = labels.size(0)); got ",
              data.images.defined() ? data.images.shape() : Shape{});
   DEMI_CHECK(o.batch_size >= 1, "DataLoader: batch_size must be >= 1, got ", o.batch_size);
+  DEMI_CHECK(o.num_shards >= 1 && o.shard >= 0 && o.shard < o.num_shards, "DataLoader: shard ", o.shard,
+             " of num_shards ", o.num_shards, " is not a shard; need 0 <= shard < num_shards");
+  DEMI_CHECK(o.num_shards <= o.batch_size, "DataLoader: batch_size ", o.batch_size, " cannot be cut into ",
+             o.num_shards, " shards; use a batch of at least one example per rank");
   DEMI_CHECK(o.prefetch_batches >= 1, "DataLoader: prefetch_batches must be >= 1, got ", o.prefetch_batches);
   DEMI_CHECK(o.augmentation.crop_padding >= 0 && o.augmentation.crop_padding <= kSide,
              "DataLoader: augmentation.crop_padding must be in [0, 32], got ", o.augmentation.crop_padding);

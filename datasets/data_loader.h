@@ -41,6 +41,12 @@ class DataLoader {
     int prefetch_batches = 4;  // queue bound: batches prepared ahead of next()
     Normalization normalization = kCifar10Normalization;
     DType dtype = DType::F32;  // of Batch::images: F32, F16 or BF16
+    // Data parallel: each batch of batch_size examples is cut into num_shards parts (sizes differ
+    // by at most one) and this loader yields part `shard`; rank r of N passes shard = r and
+    // num_shards = N. Every rank uses the same seed, so the parts are disjoint and together are
+    // exactly the batch one process would see, augmentation included.
+    int num_shards = 1;
+    int shard = 0;
   };
 
   DataLoader(Dataset data, const Options& options);
@@ -54,7 +60,7 @@ class DataLoader {
   // The next batch of the epoch, or false at its end. Rethrows an error raised by the worker.
   bool next(Batch& out);
   int64_t batches_per_epoch() const;
-  int64_t size() const;  // examples in the dataset
+  int64_t size() const;  // examples in the dataset (all shards)
   const Dataset& dataset() const;
 
  private:

@@ -51,6 +51,19 @@ if(DEMI_HAVE_CUDA)
   demi_report("cuDNN" DEMI_HAVE_CUDNN "cuDNN convolutions")
 endif()
 
+# Data-parallel training across CPU processes (libopenmpi-dev, openmpi-bin); AUTO uses it when found.
+set(DEMI_HAVE_MPI OFF)
+if(NOT DEMI_MPI STREQUAL "OFF")
+  set(MPI_CXX_SKIP_MPICXX ON)  # the C API from C++; not the deprecated C++ bindings
+  find_package(MPI COMPONENTS CXX)
+  if(MPI_CXX_FOUND)
+    set(DEMI_HAVE_MPI ON)
+  elseif(DEMI_MPI STREQUAL "ON")
+    message(FATAL_ERROR "demi: DEMI_MPI=ON but MPI was not found; install libopenmpi-dev openmpi-bin or configure with -DDEMI_MPI=OFF")
+  endif()
+endif()
+demi_report("MPI" DEMI_HAVE_MPI "dist::init_process_group(\"mpi\") and the dist tests")
+
 find_package(GTest QUIET)                           # libgtest-dev
 set(DEMI_HAVE_GTEST ${GTest_FOUND})
 demi_report("GoogleTest" DEMI_HAVE_GTEST "the test suite")

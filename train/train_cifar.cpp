@@ -1,5 +1,6 @@
 // train_cifar: trains SmallCNN or AirNet on CIFAR-10 in fp32, bf16 or fp16. Parses the command
 // line into a TrainerConfig; the loop lives in trainer.cpp. Errors print one line and exit 2.
+// Under mpirun -np N (or torchrun-style variables) the N processes train data parallel.
 #include <CLI/CLI.hpp>
 
 #include <csignal>
@@ -8,6 +9,7 @@
 
 #include "backends/kernels.h"
 #include "framework/core/error.h"
+#include "framework/dist/process_group.h"
 #include "train/trainer.h"
 
 namespace {
@@ -34,7 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", c.data_dir, "CIFAR-10: image folders train/<class>/*.jpg or the binary batches "
                  "(default: $DEMI_CIFAR10, else ./data/cifar-10)")->capture_default_str();
   app.add_option("--epochs", c.epochs, "epochs to train")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "images per step")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "images per step, in all: under mpirun -np N each process takes 1/N")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--lr", c.lr, "peak learning rate")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--optimizer", c.optimizer, "sgd (Nesterov momentum 0.9, weight decay 5e-4) or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}))->capture_default_str();
@@ -81,10 +83,15 @@ int main(int argc, char** argv) {
   }
   c.device = device == "cuda" ? demi::Device::cuda(0) : demi::Device::cpu();
   std::signal(SIGINT, on_sigint);
+  std::signal(SIGTERM, on_sigint);  // what mpirun and batch schedulers send
   try {
     demi::train::run_training(c);
   } catch (const demi::Error& e) {
-    std::cerr << "train_cifar: " << e.what() << "\n";
+    const demi::dist::LaunchInfo launch = demi::dist::launch_info();
+    std::cerr << "train_cifar" << (launch.world_size > 1 ? " (rank " + std::to_string(launch.rank) + ")" : "") << ": "
+              << e.what() << "\n";
+    // The other ranks would wait forever in their next collective: end the whole job.
+    if (launch.world_size > 1) demi::dist::abort_job(1);
     return 1;
   }
   return demi::train::g_stop_requested ? 130 : 0;

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "datasets/cifar10.h"
+#include "framework/dist/distributed_data_parallel.h"
 #include "framework/demi/demi.h"
 #include "models/small_cnn.h"
 #include "train/checkpoint.h"
@@ -33,6 +34,12 @@ using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Where the ranks other than 0 print: nowhere.
+std::ostream& null_stream() {
+  static std::ostream null(nullptr);
+  return null;
+}
 
 DType compute_dtype(const std::string& precision) {
   if (precision == "fp16") return DType::F16;
@@ -60,8 +67,10 @@ Underflow classify(const Tensor& grad, DType format) {
   return {u.zero / n, u.subnormal / n, u.non_finite / n};
 }
 
-// Accuracy of `model` on `loader` (one pass, no augmentation), under the run's autocast.
-double evaluate(nn::Module& model, data::DataLoader& loader, const Device& device, DType dtype) {
+// Accuracy of `model` on `loader` (one pass, no augmentation), under the run's autocast. Data
+// parallel: each rank scores its shard and the counts are summed over `group`.
+double evaluate(nn::Module& model, data::DataLoader& loader, const Device& device, DType dtype,
+                dist::ProcessGroup* group) {
   model.eval();
   NoGradGuard no_grad;
   std::optional<amp::AutocastGuard> autocast;
@@ -81,6 +90,12 @@ double evaluate(nn::Module& model, data::DataLoader& loader, const Device& devic
     total += static_cast<int64_t>(y.size());
   }
   model.train();
+  if (group) {
+    const Tensor counts = tensor(std::vector<int64_t>{correct, total}, {2});
+    group->all_reduce(counts);
+    correct = counts.to_vector<int64_t>()[0];
+    total = counts.to_vector<int64_t>()[1];
+  }
   return total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
 }
 
@@ -123,8 +138,21 @@ double run_training(const TrainerConfig& c) {
              "--epochs must be >= 0, --batch-size >= 1, and --batch-size divisible by --accum (got ", c.batch_size,
              " and ", c.accum, ")");
   if (c.threads > 0) set_num_threads(c.threads);
-  std::filesystem::create_directories(c.out_dir);
-  const Device device = c.device;
+
+  // Data parallel when a launcher (mpirun, torchrun) started several processes: each rank trains
+  // on its shard of every batch; rank 0 alone prints, logs and checkpoints.
+  const dist::LaunchInfo launch = dist::launch_info();
+  Device device = c.device;
+  if (launch.world_size > 1 && device.kind() == Device::Kind::CUDA) device = Device::cuda(launch.local_rank);
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (launch.world_size > 1) group = dist::init_process_group("auto", device);
+  const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
+  const bool main_rank = rank == 0;
+  DEMI_CHECK(c.batch_size % (static_cast<int64_t>(world) * c.accum) == 0, "--batch-size ", c.batch_size,
+             " is the global batch: it must divide evenly among ", world, " processes", c.accum > 1 ? " times --accum " : "",
+             c.accum > 1 ? std::to_string(c.accum) : "", "; pick a multiple of ", world * c.accum);
+  std::ostream& out = main_rank ? std::cout : null_stream();
+  if (main_rank) std::filesystem::create_directories(c.out_dir);
 
   // Data
   const auto load_start = Clock::now();
@@ -138,12 +166,16 @@ double run_training(const TrainerConfig& c) {
   train_options.augment = true;
   train_options.drop_last = true;
   train_options.seed = c.seed;
+  train_options.num_shards = world;
+  train_options.shard = rank;
   data::DataLoader train_loader(train_set, train_options);
   data::DataLoader::Options test_options;
   test_options.batch_size = 500;
   test_options.shuffle = false;
+  test_options.num_shards = world;
+  test_options.shard = rank;
   data::DataLoader test_loader(test_set, test_options);
-  std::cout << "data: " << train_loader.size() << " train / " << test_loader.size() << " test images from "
+  out << "data: " << train_loader.size() << " train / " << test_loader.size() << " test images from "
             << c.data_dir << " (" << std::fixed << std::setprecision(1) << seconds_since(load_start) << " s)\n";
 
   // Model, optimizer, scaler, schedule
@@ -177,6 +209,7 @@ double run_training(const TrainerConfig& c) {
     opt = std::make_unique<optim::AdamW>(model->parameters(), o);
   }
   amp::GradScaler::Options so;
+  so.process_group = group;  // every rank skips together
   std::optional<double> static_scale;
   if (c.loss_scale == "dynamic") {
     so.enabled = dtype == DType::F16;  // bf16 has fp32's range: nothing to rescue
@@ -228,7 +261,7 @@ double run_training(const TrainerConfig& c) {
     if (schedule) {
       for (int64_t i = 0; i < step; ++i) schedule->step();
     }
-    std::cout << "resumed from " << resume << " after epoch " << first_epoch << " (step " << step << ")\n";
+    out << "resumed from " << resume << " after epoch " << first_epoch << " (step " << step << ")\n";
   }
 
   const std::string checkpoint_dir = c.out_dir;
@@ -238,28 +271,39 @@ double run_training(const TrainerConfig& c) {
                   {"batches_done_in_epoch", batches_done_in_epoch}, {"best_accuracy", best_accuracy},
                   {"seed", c.seed}, {"scaler", scaler.state_dict()},
                   {"lr", opt->lr(0)}};
-    save_checkpoint(checkpoint_dir, step, {model->state_dict(), opt->state_dict(), state, ""});
+    if (main_rank) save_checkpoint(checkpoint_dir, step, {model->state_dict(), opt->state_dict(), state, ""});
   };
 
+  // After resuming, so that rank 0's loaded weights are what every rank starts from.
+  std::shared_ptr<dist::DistributedDataParallel> ddp;
+  if (group) ddp = std::make_shared<dist::DistributedDataParallel>(model, group);
+  nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
+
   if (c.eval_only) {
-    const double acc = evaluate(*model, test_loader, device, dtype);
-    std::cout << "test accuracy: " << std::setprecision(2) << 100.0 * acc << "%\n";
+    const double acc = evaluate(*model, test_loader, device, dtype, group.get());
+    out << "test accuracy: " << std::setprecision(2) << 100.0 * acc << "%\n";
     return acc;
   }
 
   const std::string metrics_path = c.out_dir + "/metrics.jsonl";
-  if (!resume.empty()) keep_records_up_to(metrics_path, step);
-  std::ofstream metrics(metrics_path, resume.empty() ? std::ios::trunc : std::ios::app);
-  DEMI_CHECK(metrics.good(), "cannot write '", c.out_dir, "/metrics.jsonl'");
+  if (!resume.empty() && main_rank) keep_records_up_to(metrics_path, step);
+  std::ofstream metrics;
+  if (main_rank) {
+    metrics.open(metrics_path, resume.empty() ? std::ios::trunc : std::ios::app);
+    DEMI_CHECK(metrics.good(), "cannot write '", c.out_dir, "/metrics.jsonl'");
+  }
   // With --clip 0 the norm is still measured (an infinite bound never clips) for metrics.jsonl.
   const double clip = c.clip > 0 ? c.clip : std::numeric_limits<double>::infinity();
-  amp::TrainStep train_step(*opt, scaler, {device.kind(), dtype, clip, c.accum}, schedule.get());
-  const bool tty = ::isatty(STDOUT_FILENO);
+  amp::TrainStep::Options step_options{device.kind(), dtype, clip, c.accum};
+  step_options.ddp = ddp.get();
+  amp::TrainStep train_step(*opt, scaler, step_options, schedule.get());
+  // mpirun gives every rank a pseudo-terminal even when its own output is a pipe: plain lines there.
+  const bool tty = !group && ::isatty(STDOUT_FILENO);
   const auto named = model->named_parameters();
   json underflow;
   bool probe_now = false;
   train_step.set_gradient_probe([&] {
-    if (!probe_now) return;
+    if (!probe_now || !main_rank) return;
     underflow = json::object();
     for (const auto& [name, p] : named) {
       if (!p.grad().defined()) continue;
@@ -268,15 +312,20 @@ double run_training(const TrainerConfig& c) {
     }
   });
 
-  // Ctrl-C or --max-steps: finish the current step, checkpoint, return.
-  auto stop_requested = [&] { return g_stop_requested.load() || (c.max_steps > 0 && step >= c.max_steps); };
+  // Ctrl-C or --max-steps: finish the current step, checkpoint, return. Data parallel: the ranks
+  // agree after every step (a signal reaches them at different instants).
+  bool stop_agreed = false;
+  auto stop_requested = [&] {
+    return stop_agreed || (!group && g_stop_requested.load()) || (c.max_steps > 0 && step >= c.max_steps);
+  };
   reset_peak_memory_stats(device);
   const auto run_start = Clock::now();
   int64_t images_seen = 0;
   double accuracy = 0.0;
   int epochs_done = first_epoch;
-  std::cout << c.model << " " << c.precision << (c.half_params ? " (half params)" : "") << " on " << device << ", "
-            << c.epochs << " epochs of " << steps_per_epoch << " steps, batch " << c.batch_size << "\n";
+  out << c.model << " " << c.precision << (c.half_params ? " (half params)" : "") << " on " << device;
+  if (group) out << " x " << world << " processes (" << group->backend() << ", " << c.batch_size / world << " images each)";
+  out << ", " << c.epochs << " epochs of " << steps_per_epoch << " steps, batch " << c.batch_size << "\n";
   int nonfinite_in_a_row = 0;
   int64_t nonfinite_total = 0;
   double loss_since_record = 0.0;  // for the step records' loss_mean: one step's loss is noisy
@@ -296,20 +345,26 @@ double run_training(const TrainerConfig& c) {
     while (!stop_requested() && train_loader.next(batch)) {
       const auto step_start = Clock::now();
       const Tensor images = batch.images.to(device), labels = batch.labels.to(device);
-      const int64_t micro = c.batch_size / c.accum;
+      const int64_t micro = images.size(0) / c.accum;
       probe_now = batch_index == steps_per_epoch - 1;
-      const amp::TrainStep::Result r = train_step.run([&](int i) {
+      amp::TrainStep::Result r = train_step.run([&](int i) {
         const Tensor x = c.accum == 1 ? images : images.slice(i * micro, (i + 1) * micro);
         const Tensor y = c.accum == 1 ? labels : labels.slice(i * micro, (i + 1) * micro);
-        return cross_entropy((*model)(x), y, {c.label_smoothing});
+        return cross_entropy(net(x), y, {c.label_smoothing});
       });
+      if (group) {  // the global batch's mean loss, and whether any rank was asked to stop
+        const Tensor shared = tensor(std::vector<double>{r.loss / world, g_stop_requested ? 1.0 : 0.0}, {2});
+        group->all_reduce(shared);
+        r.loss = shared.to_vector<double>()[0];
+        stop_agreed = shared.to_vector<double>()[1] > 0.0;
+      }
       if (static_scale) scaler.update(*static_scale);
       ++step;
       ++batch_index;
       if (r.non_finite_loss) {
         // Poisoned data or divergence: the update was skipped (by the scaler or by TrainStep).
         ++nonfinite_total;
-        warn("epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch_index) + " (step " +
+        if (main_rank) warn("epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch_index) + " (step " +
              std::to_string(step) + "): the loss is " + std::to_string(r.loss) + "; the update was skipped");
         metrics << json{{"type", "nonfinite"}, {"step", step}, {"epoch", epoch}, {"batch", batch_index - 1}}.dump()
                 << "\n";
@@ -328,8 +383,8 @@ double run_training(const TrainerConfig& c) {
         loss_since_record += r.loss;
         ++steps_since_record;
       }
-      epoch_images += images.size(0);
-      images_seen += images.size(0);
+      epoch_images += images.size(0) * world;
+      images_seen += images.size(0) * world;
       const double ips = static_cast<double>(epoch_images) / seconds_since(epoch_start);
       if (step % c.log_every == 0) {
         metrics << json{{"type", "step"}, {"step", step}, {"epoch", epoch}, {"loss", r.loss},
@@ -351,18 +406,18 @@ double run_training(const TrainerConfig& c) {
            << " "
            << std::setprecision(0) << ips << " img/s scale " << scaler.get_scale() << " ETA " << format_duration(eta);
       if (tty) {
-        std::cout << "\r" << line.str() << std::flush;
+        out << "\r" << line.str() << std::flush;
       } else if (batch_index % c.log_every == 0) {
-        std::cout << line.str() << std::endl;  // flushed: logs and `| tee` show progress as it happens
+        out << line.str() << std::endl;  // flushed: logs and `| tee` show progress as it happens
       }
     }
-    if (tty) std::cout << "\n";
+    if (tty) out << "\n";
     if (stop_requested() && batch_index < steps_per_epoch) {
-      std::cout << "stopping after step " << step << " (epoch " << epoch + 1 << ", batch " << batch_index
+      out << "stopping after step " << step << " (epoch " << epoch + 1 << ", batch " << batch_index
                 << "); --resume " << c.out_dir << " continues from there\n";
       break;
     }
-    accuracy = evaluate(*model, test_loader, device, dtype);
+    accuracy = evaluate(*model, test_loader, device, dtype, group.get());
     best_accuracy = std::max(best_accuracy, accuracy);
     epochs_done = epoch + 1;
     batches_done_in_epoch = 0;
@@ -375,10 +430,10 @@ double run_training(const TrainerConfig& c) {
                    {"grad_underflow", underflow}};
     metrics << record.dump() << "\n";
     metrics.flush();
-    std::cout << "epoch " << epoch + 1 << ": test accuracy " << std::setprecision(2) << 100.0 * accuracy << "% ("
+    out << "epoch " << epoch + 1 << ": test accuracy " << std::setprecision(2) << 100.0 * accuracy << "% ("
               << std::setprecision(1) << epoch_time << " s)" << std::endl;
     checkpoint_now(epochs_done);
-    write_report(c.out_dir);
+    if (main_rank) write_report(c.out_dir);
   }
   if (batches_done_in_epoch > 0) checkpoint_now(epochs_done);  // stopped inside an epoch
 
@@ -401,8 +456,8 @@ double run_training(const TrainerConfig& c) {
     peak[memory_category_name(static_cast<MemoryCategory>(i))] = memory.by_category[i].peak;
   }
   summary["peak_memory_bytes"] = peak;
-  write_file_atomically(c.out_dir + "/summary.json", summary.dump(2) + "\n");
-  std::cout << "\n"
+  if (main_rank) write_file_atomically(c.out_dir + "/summary.json", summary.dump(2) + "\n");
+  out << "\n"
             << std::left << std::setw(24) << "precision" << c.precision << (c.half_params ? " (half params)" : "") << "\n"
             << std::setw(24) << "epochs" << epochs_done << "\n"
             << std::setw(24) << "time" << format_duration(total_time) << "\n"

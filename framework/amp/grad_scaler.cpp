@@ -7,6 +7,7 @@
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/core/warning.h"
+#include "framework/dist/process_group.h"
 #include "framework/nn/clip_grad.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/factories.h"
@@ -63,6 +64,10 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   args.inv_scale = inv_scale.ref();
   args.found_inf = state.found_inf.ref();
   kernels(scale_).unscale_check_finite(args);
+  // One rank's inf must stop every rank's step: otherwise the replicas silently diverge.
+  if (options_.process_group && options_.process_group->size() > 1) {
+    options_.process_group->all_reduce(state.found_inf, dist::ReduceOp::Max);
+  }
   state.stage = Stage::Unscaled;
 }
 

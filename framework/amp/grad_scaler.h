@@ -6,12 +6,17 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "framework/optim/optimizer.h"
 #include "framework/tensor/tensor.h"
+
+namespace demi::dist {
+class ProcessGroup;
+}
 
 namespace demi::amp {
 
@@ -27,6 +32,9 @@ class GradScaler {
     std::optional<double> max_scale;
     // Warn once when this many steps in a row were skipped, or when the scale falls below 1.
     int64_t warn_after_consecutive_skips = 20;
+    // Data parallel: found_inf is all-reduced (max) over this group in unscale_, so every rank
+    // skips the same steps and the scales stay identical (as PyTorch's ShardedGradScaler).
+    std::shared_ptr<dist::ProcessGroup> process_group;
   };
 
   GradScaler() : GradScaler(Options{}) {}

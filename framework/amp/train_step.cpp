@@ -6,6 +6,8 @@
 
 #include "framework/amp/autocast.h"
 #include "framework/autograd/profiler.h"
+#include "framework/dist/distributed_data_parallel.h"
+#include "framework/tensor/factories.h"
 #include "framework/ops/ops.h"
 
 namespace demi::amp {
@@ -17,6 +19,13 @@ TrainStep::TrainStep(optim::Optimizer& optimizer, GradScaler& scaler, const Opti
              "TrainStep: dtype must be float16, bfloat16 or float32, got ", options.dtype);
   DEMI_CHECK(options.micro_batches >= 1, "TrainStep: micro_batches must be >= 1, got ", options.micro_batches);
   DEMI_CHECK(options.clip_grad_norm >= 0.0, "TrainStep: clip_grad_norm must be >= 0, got ", options.clip_grad_norm);
+}
+
+bool TrainStep::any_rank(bool flag) {
+  const std::vector<Tensor> params = options_.ddp->module().parameters();
+  const Tensor t = full({}, flag ? 1.0 : 0.0, DType::F32, params.empty() ? Device::cpu() : params.front().device());
+  options_.ddp->process_group().all_reduce(t, dist::ReduceOp::Max);
+  return t.item<float>() != 0.0f;
 }
 
 TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
@@ -36,14 +45,19 @@ TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
     DEMI_CHECK(loss.defined() && loss.numel() == 1, "TrainStep: loss_fn must return a one-element loss");
     const double value = loss.item<double>();
     result.loss += value / options_.micro_batches;
-    if (!std::isfinite(value)) {
+    bool non_finite = !std::isfinite(value);
+    if (options_.ddp && !scaler_.is_enabled()) non_finite = any_rank(non_finite);  // all skip, or none
+    if (non_finite) {
       result.non_finite_loss = true;
       if (!scaler_.is_enabled()) {  // nothing would catch its gradients: do not take this step
         if (scheduler_) scheduler_->step(optim::StepOutcome::Skipped);
         return result;
       }
     }
-    // Backward outside autocast: its ops run in the dtypes the forward saved.
+    // Backward outside autocast: its ops run in the dtypes the forward saved. Data parallel: only
+    // the last micro-batch's backward synchronises (the sum of all of them).
+    std::optional<dist::DistributedDataParallel::NoSync> no_sync;
+    if (options_.ddp && i + 1 < options_.micro_batches) no_sync.emplace(*options_.ddp);
     scaler_.scale(options_.micro_batches > 1 ? loss / static_cast<double>(options_.micro_batches) : loss).backward();
   }
   if (probe_) probe_();

@@ -12,6 +12,10 @@
 #include "framework/optim/lr_scheduler.h"
 #include "framework/optim/optimizer.h"
 
+namespace demi::dist {
+class DistributedDataParallel;
+}
+
 namespace demi::amp {
 
 class TrainStep {
@@ -21,6 +25,9 @@ class TrainStep {
     DType dtype = DType::F16;                 // F16 or BF16; F32 runs without autocast
     double clip_grad_norm = 0.0;              // max global L2 norm of the true gradients; 0: no clipping
     int micro_batches = 1;                    // gradient accumulation: losses are averaged over these
+    // Data parallel: the model's DDP wrapper. Gradients are synchronised only after the last
+    // micro-batch, and a non-finite loss on any rank skips the step on every rank.
+    dist::DistributedDataParallel* ddp = nullptr;
   };
   struct Result {
     double loss = 0.0;       // mean loss over the micro-batches (unscaled)
@@ -39,6 +46,8 @@ class TrainStep {
   void set_gradient_probe(std::function<void()> probe) { probe_ = std::move(probe); }
 
  private:
+  bool any_rank(bool flag);  // flag or'ed over the ranks of options_.ddp's group
+
   optim::Optimizer& optimizer_;
   GradScaler& scaler_;
   Options options_;

@@ -12,6 +12,17 @@
 
 namespace demi::autograd {
 
+namespace {
+// The callbacks queued by the backward pass running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+}  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  DEMI_CHECK(t_callbacks != nullptr, "queue_callback: no backward pass is running on this thread; call it from a "
+             "gradient hook");
+  t_callbacks->push_back(std::move(fn));
+}
+
 Node::~Node() {
   std::vector<std::shared_ptr<Node>> orphans;
   for (Edge& edge : next) {
@@ -54,6 +65,11 @@ TensorList AccumulateGrad::apply(const Tensor& grad_output) {
   } else {
     kernels(grad).binary(backend::BinaryKind::Add, grad.ref(), grad_output.ref(), grad.ref());
   }
+  if (!leaf->post_accumulate_grad_hooks.empty()) {
+    const Tensor tensor(leaf);
+    const auto hooks = leaf->post_accumulate_grad_hooks;  // a hook may remove itself
+    for (const auto& hook : hooks) hook.second(tensor);
+  }
   return {};
 }
 
@@ -73,6 +89,14 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
   amp::detail::SuspendGuard no_autocast;  // backward formulas run in the dtypes forward saved
   profiler::detail::BackwardPassGuard backward_pass;  // the ops run from here on are backward's
   grad = grad.to(root.dtype());
+
+  std::vector<std::function<void()>> callbacks;
+  DEMI_CHECK(t_callbacks == nullptr, "backward(): called while another backward pass runs on this thread "
+             "(from a hook?); call it after that pass has returned");
+  t_callbacks = &callbacks;
+  struct ResetCallbacks {
+    ~ResetCallbacks() { t_callbacks = nullptr; }
+  } reset_callbacks;
 
   const Edge root_edge = edge_of(root);
   // Dependency counts: how many edges point at each node from inside the graph.
@@ -123,6 +147,11 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
       }
       if (--dependencies[edge.node.get()] == 0) ready.push_back(edge.node);
     }
+  }
+  // A callback may queue another (it runs in the same pass).
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    std::function<void()> fn = std::move(callbacks[i]);
+    fn();
   }
 }
 

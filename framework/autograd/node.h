@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -48,6 +49,10 @@ Edge edge_of(const Tensor& t);
 
 // Runs backward from `root` with initial gradient `grad_root`.
 void run_backward(const Tensor& root, const Tensor& grad_root);
+
+// Only during backward (from a hook): runs fn once the whole pass has finished, before backward()
+// returns (PyTorch's queue_callback): data-parallel training waits for its all-reduces there.
+void queue_callback(std::function<void()> fn);
 
 // Bytes of the storages that live graphs saved for backward, each storage counted once;
 // parameters (leaves that require grad) are not counted, their casts and all activations are.

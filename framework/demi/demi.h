@@ -14,6 +14,8 @@
 #include "framework/core/half.h"
 #include "framework/core/shape.h"
 #include "framework/core/warning.h"
+#include "framework/dist/distributed_data_parallel.h"
+#include "framework/dist/process_group.h"
 #include "framework/nn/activation.h"
 #include "framework/nn/batch_norm2d.h"
 #include "framework/nn/clip_grad.h"

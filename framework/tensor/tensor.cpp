@@ -138,6 +138,27 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
 }
 bool Tensor::requires_grad() const { return impl_ref().requires_grad; }
 bool Tensor::is_leaf() const { return impl_ref().grad_fn == nullptr; }
+
+int Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  TensorImpl& impl = impl_ref();
+  DEMI_CHECK(impl.requires_grad && impl.grad_fn == nullptr, "register_post_accumulate_grad_hook: only a leaf "
+             "that requires grad accumulates a gradient; this tensor ", impl.grad_fn ? "is an op's result" :
+             "does not require grad");
+  static int next_handle = 0;
+  const int handle = ++next_handle;
+  impl.post_accumulate_grad_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(int handle) const {
+  auto& hooks = impl_ref().post_accumulate_grad_hooks;
+  for (auto it = hooks.begin(); it != hooks.end(); ++it) {
+    if (it->first == handle) {
+      hooks.erase(it);
+      return;
+    }
+  }
+}
 Tensor Tensor::grad() const { return impl_ref().grad; }
 void Tensor::set_grad(const Tensor& grad) const {
   if (grad.defined()) {

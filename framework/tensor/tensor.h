@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <vector>
@@ -94,6 +95,11 @@ class Tensor {
   const std::shared_ptr<autograd::Node>& grad_fn() const;
   // Backpropagates from this tensor: grad_output defaults to 1 for a one-element tensor.
   void backward(const Tensor& grad_output = Tensor()) const;
+  // Leaves: calls hook(this tensor) each time backward has accumulated a gradient into .grad (as
+  // PyTorch's register_post_accumulate_grad_hook; data-parallel training starts a bucket's
+  // all-reduce from here). Returns a handle for remove_post_accumulate_grad_hook.
+  int register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  void remove_post_accumulate_grad_hook(int handle) const;
 
   // The single value of a one-element tensor, converted to T.
   template <typename T> T item() const {
@@ -132,6 +138,7 @@ struct TensorImpl {
   Tensor grad;
   std::shared_ptr<autograd::Node> grad_fn;            // set on results of recorded ops
   std::weak_ptr<autograd::Node> grad_accumulator;     // leaves: the node that adds into .grad
+  std::vector<std::pair<int, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
 };
 
 // A tensor of `shape` with uninitialised contents.

@@ -3,7 +3,7 @@
 # Extra arguments are further packages a script needs (scripts/fuzz: clang and its runtimes).
 demi_install_deps() {
   local packages=(cmake ninja-build g++ libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
-                  nlohmann-json3-dev libcli11-dev libstb-dev "$@")
+                  nlohmann-json3-dev libcli11-dev libstb-dev libopenmpi-dev openmpi-bin "$@")
   local missing=() p
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

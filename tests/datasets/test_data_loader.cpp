@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "datasets/data_loader.h"
+#include "support/error_of.h"
 
 namespace demi::data {
 namespace {
@@ -96,6 +97,43 @@ TEST(DataLoader, SameSeedAndEpochGiveIdenticalBatches) {
   o.seed = 43;
   DataLoader c(indexed(300), o);
   EXPECT_NE(flat(run_epoch(c, 2)), flat(a2)) << "a different seed gives a different order";
+}
+
+// Data parallel: the shards of a batch, concatenated in rank order, are exactly the unsharded
+// batch, augmentation and cutout included; they are disjoint and cover the epoch.
+TEST(DataLoader, ShardsOfEveryBatchConcatenateToTheUnshardedBatch) {
+  DataLoader::Options o;
+  o.batch_size = 50;
+  o.augment = true;
+  o.augmentation.cutout = 8;
+  o.seed = 7;
+  for (int shards : {2, 3}) {
+    DataLoader whole(indexed(230), o);  // the last batch (30 examples) is short
+    const Epoch all = run_epoch(whole, 1);
+    std::vector<Epoch> parts;
+    for (int r = 0; r < shards; ++r) {
+      DataLoader::Options so = o;
+      so.num_shards = shards;
+      so.shard = r;
+      DataLoader loader(indexed(230), so);
+      EXPECT_EQ(loader.batches_per_epoch(), whole.batches_per_epoch());
+      parts.push_back(run_epoch(loader, 1));
+    }
+    for (size_t b = 0; b < all.labels.size(); ++b) {
+      std::vector<int64_t> labels;
+      std::vector<float> images;
+      for (const Epoch& part : parts) {
+        EXPECT_LE(std::abs(static_cast<long>(part.labels[b].size()) - static_cast<long>(all.labels[b].size() / shards)), 1);
+        labels.insert(labels.end(), part.labels[b].begin(), part.labels[b].end());
+        images.insert(images.end(), part.images[b].begin(), part.images[b].end());
+      }
+      EXPECT_EQ(labels, all.labels[b]) << shards << " shards, batch " << b;
+      EXPECT_EQ(images, all.images[b]) << shards << " shards, batch " << b;
+    }
+  }
+  o.num_shards = 2;
+  o.shard = 2;
+  EXPECT_THAT(test::error_of([&] { DataLoader(indexed(10), o); }), HasSubstr("shard 2 of num_shards 2 is not a shard"));
 }
 
 TEST(DataLoader, NormalisesExactlyWithoutAugmentation) {
