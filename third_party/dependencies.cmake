@@ -49,6 +49,15 @@ if(DEMI_HAVE_CUDA)
     set(DEMI_HAVE_CUDNN OFF)
   endif()
   demi_report("cuDNN" DEMI_HAVE_CUDNN "cuDNN convolutions")
+  # NCCL ships with the CUDA toolkit (or in the nvidia-nccl wheel): the GPU process group.
+  find_library(DEMI_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib64)
+  find_path(DEMI_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  if(DEMI_NCCL_LIBRARY AND DEMI_NCCL_INCLUDE_DIR)
+    set(DEMI_HAVE_NCCL ON)
+  else()
+    set(DEMI_HAVE_NCCL OFF)
+  endif()
+  demi_report("NCCL" DEMI_HAVE_NCCL "the nccl process group")
 endif()
 
 # Data-parallel training across CPU processes (libopenmpi-dev, openmpi-bin); AUTO uses it when found.

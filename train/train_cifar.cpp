@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_flag("--sync-bn", c.sync_batch_norm, "under mpirun: batch-norm statistics over all processes' images "
+               "(default: each process its own, as PyTorch DDP)");
   app.add_option("--report", c.report_dir, "only regenerate DIR/report.html from DIR/metrics.jsonl");
   app.add_option("--max-nonfinite-steps", c.max_nonfinite_steps,
                  "stop (with a clear error) after this many steps in a row with an inf/NaN loss")

@@ -18,6 +18,7 @@
 
 #include "datasets/cifar10.h"
 #include "framework/dist/distributed_data_parallel.h"
+#include "framework/dist/sync_batch_norm.h"
 #include "framework/demi/demi.h"
 #include "models/small_cnn.h"
 #include "train/checkpoint.h"
@@ -276,6 +277,7 @@ double run_training(const TrainerConfig& c) {
 
   // After resuming, so that rank 0's loaded weights are what every rank starts from.
   std::shared_ptr<dist::DistributedDataParallel> ddp;
+  if (group && c.sync_batch_norm) model = dist::convert_sync_batch_norm(model, group);
   if (group) ddp = std::make_shared<dist::DistributedDataParallel>(model, group);
   nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
 

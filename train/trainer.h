@@ -35,6 +35,7 @@ struct TrainerConfig {
   int64_t train_subset = 0;  // 0: all
   int64_t test_subset = 0;
   int threads = 0;           // 0: all cores
+  bool sync_batch_norm = false;  // data parallel: batch-norm statistics over the global batch
   int log_every = 50;
   int max_nonfinite_steps = 10;  // stop after this many steps in a row with an inf/NaN loss
   int64_t max_steps = 0;     // stop (and checkpoint, as on Ctrl-C) once this many steps are done; 0: no limit

@@ -16,6 +16,7 @@
 #include "framework/core/warning.h"
 #include "framework/dist/distributed_data_parallel.h"
 #include "framework/dist/process_group.h"
+#include "framework/dist/sync_batch_norm.h"
 #include "framework/nn/activation.h"
 #include "framework/nn/batch_norm2d.h"
 #include "framework/nn/clip_grad.h"

@@ -109,4 +109,15 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
   }
 }
 
+void Module::replace_child(const std::string& name, std::shared_ptr<Module> module) {
+  DEMI_CHECK(module != nullptr, "Module::replace_child: the new module for '", name, "' is null");
+  for (auto& child : children_) {
+    if (child.first == name) {
+      child.second = std::move(module);
+      return;
+    }
+  }
+  DEMI_CHECK(false, "Module::replace_child: there is no child named '", name, "'");
+}
+
 }  // namespace demi::nn

@@ -24,6 +24,9 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  // Puts `module` where the child `name` was (what dist::convert_sync_batch_norm does); a module
+  // that also keeps the old child in a member of its own still calls that one.
+  void replace_child(const std::string& name, std::shared_ptr<Module> module);
 
   // Training mode for this module and every submodule (batch_norm's statistics depend on it).
   Module& train(bool on = true);

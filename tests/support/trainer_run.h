@@ -27,11 +27,12 @@ struct TrainerRun {
   std::vector<nlohmann::json> records;  // all of metrics.jsonl
 };
 
-// Trains as configured (config.out_dir must be set) and parses out_dir/metrics.jsonl.
-inline TrainerRun train_and_read(const train::TrainerConfig& config) {
+// Parses what a finished run left in out_dir (metrics.jsonl; the accuracy from summary.json).
+inline TrainerRun train_and_read_only(const std::string& out_dir) {
   TrainerRun run;
-  run.accuracy = train::run_training(config);
-  run.records = read_jsonl(config.out_dir + "/metrics.jsonl");
+  std::ifstream summary(out_dir + "/summary.json");
+  if (summary.good()) run.accuracy = nlohmann::json::parse(summary).at("final_test_accuracy").get<double>();
+  run.records = read_jsonl(out_dir + "/metrics.jsonl");
   for (const auto& r : run.records) {
     run.skipped_steps = r.at("skipped_steps").get<int64_t>();
     if (r.at("type") != "step") continue;
@@ -39,6 +40,14 @@ inline TrainerRun train_and_read(const train::TrainerConfig& config) {
     run.loss.push_back(r.at("loss").get<double>());
     run.loss_mean.push_back(r.at("loss_mean").get<double>());
   }
+  return run;
+}
+
+// Trains as configured (config.out_dir must be set) and parses out_dir/metrics.jsonl.
+inline TrainerRun train_and_read(const train::TrainerConfig& config) {
+  const double accuracy = train::run_training(config);
+  TrainerRun run = train_and_read_only(config.out_dir);
+  run.accuracy = accuracy;
   return run;
 }
 
