@@ -2,9 +2,6 @@
 add_library(demi_warnings INTERFACE)
 target_compile_options(demi_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
-  # GCC 12 reports its own AVX-512 intrinsics (`__m512 __Y = __Y;`, inlined from Eigen) as maybe
-  # uninitialized on machines with AVX-512 (GCC bug 105593, fixed in GCC 13).
-  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>,$<VERSION_LESS:$<CXX_COMPILER_VERSION>,13>>:-Wno-maybe-uninitialized>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${DEMI_WERROR}>>:-Werror>
   $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>
   $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${DEMI_WERROR}>>:-Xcompiler=-Werror --Werror=all-warnings>)
@@ -16,4 +13,9 @@ set(DEMI_MARCH native CACHE STRING "Value of -march for the CPU backend ('' to l
 set(DEMI_ARCH_FLAGS "")
 if(DEMI_MARCH)
   set(DEMI_ARCH_FLAGS -march=${DEMI_MARCH})
+  # On an AVX-512 machine GCC 12 reports its own intrinsics (`__m512 __Y = __Y;`, inlined from
+  # Eigen) as (maybe) uninitialized (GCC bug 105593, fixed in GCC 13).
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+    list(APPEND DEMI_ARCH_FLAGS -Wno-uninitialized -Wno-maybe-uninitialized)
+  endif()
 endif()
