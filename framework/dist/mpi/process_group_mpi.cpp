@@ -115,6 +115,11 @@ class ProcessGroupMpi final : public ProcessGroup {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);  // errors come back as codes, then as demi::Error
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    // torchrun's variables without an MPI launcher: every process would be a world of its own.
+    const LaunchInfo launch = launch_info();
+    DEMI_CHECK(launch.world_size == size_, "init_process_group(\"mpi\"): the launcher (", launch.launcher,
+               ") set a world of ", launch.world_size, " processes but MPI sees ", size_,
+               "; start the job with mpiexec -n ", launch.world_size, " (MPI cannot join processes that torchrun started)");
     if (env_->serialized_threads) thread_ = std::thread([this] { serve(); });
   }
   ~ProcessGroupMpi() override {
