@@ -140,10 +140,12 @@ class ProcessGroupMpi final : public ProcessGroup {
 
   std::shared_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
     check_tensor(t, "all_reduce");
-    const auto [type, mpi_op] = datatype_and_op(t.dtype(), op);
+    const std::pair<MPI_Datatype, MPI_Op> type_op = datatype_and_op(t.dtype(), op);
+    const MPI_Datatype type = type_op.first;
+    const MPI_Op mpi_op = type_op.second;
     void* data = t.data_ptr();
     const int count = static_cast<int>(t.numel());
-    return submit([=, this] {
+    return submit([this, data, count, type, mpi_op] {
       check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, type, mpi_op, comm_), "MPI_Allreduce", "all_reduce");
     });
   }
@@ -154,7 +156,9 @@ class ProcessGroupMpi final : public ProcessGroup {
     const MPI_Datatype type = datatype_and_op(t.dtype(), ReduceOp::Sum).first;
     void* data = t.data_ptr();
     const int count = static_cast<int>(t.numel());
-    return submit([=, this] { check_mpi(MPI_Bcast(data, count, type, root, comm_), "MPI_Bcast", "broadcast"); });
+    return submit([this, data, count, type, root] {
+      check_mpi(MPI_Bcast(data, count, type, root, comm_), "MPI_Bcast", "broadcast");
+    });
   }
 
   void barrier() override {
