@@ -69,11 +69,16 @@ Underflow classify(const Tensor& grad, DType format) {
 }
 
 // Accuracy of `model` on `loader` (one pass, no augmentation), under the run's autocast. Data
-// parallel: each rank scores its shard and the counts are summed over `group`.
+// parallel: each rank scores its shard with rank 0's buffers and the counts are summed over `group`.
 double evaluate(nn::Module& model, data::DataLoader& loader, const Device& device, DType dtype,
                 dist::ProcessGroup* group) {
-  model.eval();
   NoGradGuard no_grad;
+  if (group) {  // every rank evaluates rank 0's running statistics: the model the checkpoint holds
+    std::vector<Tensor> buffers;
+    for (const auto& [name, b] : model.named_buffers()) buffers.push_back(b);
+    dist::broadcast_coalesced(*group, buffers, 0);
+  }
+  model.eval();
   std::optional<amp::AutocastGuard> autocast;
   if (dtype != DType::F32) autocast.emplace(device.kind(), dtype);
   loader.start_epoch(0);
