@@ -299,6 +299,61 @@ void check_jpeg_huffman_tables(const uint8_t* data, size_t size, const std::stri
   }
 }
 
+// stb_image 2.27 decodes a scan with whatever its (uninitialised, malloc'd) Huffman table slots
+// hold when the scan names a table the file never defined: the result depends on old heap
+// contents and can trip stb's own assert, which aborts (found by fuzz/image_decode_fuzz.cpp).
+// Walk the markers as stb does (resyncing on stray bytes, skipping entropy-coded data) and
+// require every table a scan uses to be defined by an earlier DHT segment.
+void check_jpeg_scans_use_defined_tables(const uint8_t* data, size_t size, const std::string& name) {
+  unsigned defined = 0;  // bit class * 4 + id, for class 0 (DC) / 1 (AC) and id 0..3
+  bool progressive = false;
+  size_t p = 2;  // after SOI
+  while (p + 1 < size) {
+    if (data[p] != 0xff) {  // stb skips bytes until the next marker
+      ++p;
+      continue;
+    }
+    while (p < size && data[p] == 0xff) ++p;  // fill bytes
+    if (p >= size) break;
+    const uint8_t marker = data[p++];
+    if (marker == 0xd9) break;                                                  // EOI
+    if (marker == 0x00 || marker == 0x01 || (marker >= 0xd0 && marker <= 0xd8)) continue;  // no length
+    if (p + 2 > size) break;
+    const size_t length = (size_t{data[p]} << 8) | data[p + 1];
+    if (length < 2) break;  // stb refuses the file
+    const size_t end = std::min(size, p + length);
+    if (marker == 0xc2) progressive = true;
+    if (marker == 0xc4) {
+      for (size_t q = p + 2; q + 17 <= end;) {
+        const unsigned table_class = data[q] >> 4, id = data[q] & 15;
+        size_t codes = 0;
+        for (size_t k = q + 1; k <= q + 16; ++k) codes += data[k];
+        if (table_class <= 1 && id <= 3) defined |= 1u << (table_class * 4 + id);
+        q += 17 + codes;
+      }
+    }
+    if (marker == 0xda && p + 3 <= size) {
+      const size_t components = data[p + 2];
+      const size_t ss_at = p + 3 + 2 * components;
+      const bool dc_scan = ss_at < size && data[ss_at] == 0;
+      for (size_t k = 0; k < components && p + 4 + 2 * k < size; ++k) {
+        const unsigned selectors = data[p + 4 + 2 * k], dc = selectors >> 4, ac = selectors & 15;
+        const bool needs_dc = !progressive || dc_scan, needs_ac = !progressive || !dc_scan;
+        DEMI_CHECK(!(needs_dc && dc <= 3 && !(defined & (1u << dc))) &&
+                       !(needs_ac && ac <= 3 && !(defined & (1u << (4 + ac)))),
+                   "load_image_folder: ", name, " could not be decoded: a JPEG scan uses a Huffman table (DC ", dc,
+                   ", AC ", ac, ") that no earlier DHT segment defines; the file is corrupt");
+      }
+      // Entropy-coded data runs to the next marker that is not a stuffed 0xff00 or a restart.
+      size_t q = end;
+      while (q + 1 < size && !(data[q] == 0xff && data[q + 1] != 0x00 && (data[q + 1] < 0xd0 || data[q + 1] > 0xd7))) ++q;
+      p = q;
+      continue;
+    }
+    p = end;
+  }
+}
+
 // stb_image 2.27 grows its buffer to a PNG chunk's declared length before reading the chunk: a
 // 500-byte file declaring a 600 MB IDAT allocates 600 MB (found by fuzz/image_decode_fuzz.cpp).
 // Walk the chunks as stb does (length, type, data, CRC) and require each one to fit in the file.
@@ -329,7 +384,10 @@ void decode_cifar10_image(const uint8_t* data, size_t size, const std::string& n
   DEMI_CHECK(png || jpeg, "load_image_folder: ", name,
              " could not be decoded: it is neither a PNG nor a JPEG file; replace it with a 32x32 RGB png or jpg");
   if (png) check_png_chunks(data, size, name);
-  if (jpeg) check_jpeg_huffman_tables(data, size, name);
+  if (jpeg) {
+    check_jpeg_huffman_tables(data, size, name);
+    check_jpeg_scans_use_defined_tables(data, size, name);
+  }
   const int len = static_cast<int>(size);  // <= 1 MiB: fits
   int w = 0, h = 0, channels = 0;
   // The header first: a forged 10000x10000 header is refused here, before stb_image allocates 300 MB.

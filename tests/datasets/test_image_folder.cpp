@@ -368,6 +368,18 @@ TEST(ImageFolder, DecodeChecksTheFormatAndTheHeaderFirst) {
   e = error_of([&] { decode_cifar10_image(dht.data(), dht.size(), "dht.jpg", chw.data()); });
   EXPECT_THAT(e, HasSubstr("dht.jpg could not be decoded: a JPEG Huffman table declares 300 codes"));
 
+  // Regression (fuzz/corpus/image_decode/regress_jpeg_undefined_huffman_table.jpg): a baseline scan
+  // whose AC table 0 no DHT defines made stb_image decode with uninitialised tables (and, depending
+  // on old heap contents, abort in its own assert). SOI, SOF0 (one 8x8 component), a DHT of DC
+  // table 0 only, then SOS selecting DC 0 / AC 0.
+  std::vector<uint8_t> scan = {0xff, 0xd8, 0xff, 0xc0, 0x00, 0x0b, 0x08, 0x00, 0x08, 0x00, 0x08, 0x01, 0x01, 0x11, 0x00,
+                               0xff, 0xc4, 0x00, 0x14, 0x00, 0x01};
+  scan.resize(scan.size() + 15, 0);
+  scan.insert(scan.end(), {0x00, 0xff, 0xda, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x3f, 0x00, 0x00, 0xff, 0xd9});
+  e = error_of([&] { decode_cifar10_image(scan.data(), scan.size(), "scan.jpg", chw.data()); });
+  EXPECT_THAT(e, HasSubstr("scan.jpg could not be decoded: a JPEG scan uses a Huffman table (DC 0, AC 0) that no "
+                           "earlier DHT segment defines"));
+
   // A PNG cut off after its header: the header says 32x32 RGB, the pixels are missing.
   const std::vector<uint8_t> cut(png.begin(), png.begin() + 40);
   e = error_of([&] { decode_cifar10_image(cut.data(), cut.size(), "cut.png", chw.data()); });
