@@ -16,7 +16,7 @@
 namespace demi::backend {
 namespace {
 
-// A zero-initialised host buffer of `numel` elements of `dtype`, filled with small random values.
+// A host buffer of `numel` elements of `dtype`: floating ones filled with small random values.
 struct Buffer {
   DType dtype;
   Shape shape;
@@ -33,7 +33,8 @@ struct Buffer {
         case DType::F32: static_cast<float*>(p)[i] = v; break;
         case DType::F16: static_cast<Half*>(p)[i] = Half(v); break;
         case DType::BF16: static_cast<BFloat16*>(p)[i] = BFloat16(v); break;
-        default: static_cast<double*>(p)[i] = v; break;
+        case DType::F64: static_cast<double*>(p)[i] = v; break;
+        default: break;  // integer buffers (max-pool indices) stay zero
       }
     }
   }
@@ -156,6 +157,28 @@ BENCHMARK_CAPTURE(BM_Conv, bf16_backward_weight, DType::BF16, Pass::BackwardWeig
 BENCHMARK_CAPTURE(BM_ConvSmallCnn, f32, DType::F32)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ConvSmallCnn, f16, DType::F16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ConvSmallCnn, bf16, DType::BF16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+
+// SmallCNN's 2x2 max-pools at batch 128 (inputs [128, C, HW, HW]), forward: GB/s of input read.
+constexpr ConvShape kSmallCnnPools[] = {{32, 32, 32}, {64, 64, 16}, {128, 128, 8}};
+
+void BM_MaxPool(benchmark::State& state, DType dtype) {
+  const ConvShape& s = kSmallCnnPools[state.range(0)];
+  Buffer x(dtype, {kBatch, s.c, s.hw, s.hw}), y(dtype, {kBatch, s.c, s.hw / 2, s.hw / 2});
+  Buffer idx(DType::U8, {kBatch, s.c, s.hw / 2, s.hw / 2});
+  Pool2dArgs args;
+  args.kind = PoolKind::Max;
+  args.kernel_h = args.kernel_w = args.stride_h = args.stride_w = 2;
+  args.input = x.ref(), args.output = y.ref(), args.indices = idx.ref();
+  Kernels& k = kernels_for(Device::cpu());
+  for (auto _ : state) {
+    k.pool2d_forward(args);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(x.ref().numel()) * dtype_size(dtype) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(BM_MaxPool, f32, DType::F32)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPool, bf16, DType::BF16)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace demi::backend

@@ -143,6 +143,33 @@ TEST(Pool2d, MaxPropagatesNanAndSkipsPadding) {
   EXPECT_EQ(idx.get(0), 5.0);  // window of output (0, 0) starts at (-1, -1): (0, 1) is offset 1 * 3 + 2
 }
 
+TEST(Pool2d, TwoByTwoPicksFirstMaximumOrFirstNan) {
+  // The 2x2 stride-2 fast path: per window (in row-major window order) ties keep the first, a NaN
+  // wins and the first NaN's offset is recorded; every dtype takes the same path.
+  const double windows[4][4] = {{3, 3, 1, 3}, {1, NAN, 5, NAN}, {-2, -1, -1, -7}, {0, 1, 2, NAN}};
+  const double want_y[4] = {3, NAN, -1, NAN};
+  const double want_idx[4] = {0, 1, 1, 3};
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    HostTensor x(dtype, {1, 1, 2, 8}), y(dtype, {1, 1, 1, 4}), idx(DType::U8, {1, 1, 1, 4});
+    for (int o = 0; o < 4; ++o) {
+      for (int k = 0; k < 4; ++k) x.set((k / 2) * 8 + 2 * o + k % 2, windows[o][k]);
+    }
+    Pool2dArgs args;
+    args.kernel_h = args.kernel_w = 2, args.stride_h = args.stride_w = 2;
+    args.input = x.ref(), args.output = y.ref(), args.indices = idx.ref();
+    kernels_for(Device::cpu()).pool2d_forward(args);
+    for (int o = 0; o < 4; ++o) {
+      if (std::isnan(want_y[o])) {
+        EXPECT_TRUE(std::isnan(y.get(o))) << o;
+      } else {
+        EXPECT_EQ(y.get(o), want_y[o]) << o;
+      }
+      EXPECT_EQ(idx.get(o), want_idx[o]) << o;
+    }
+  }
+}
+
 TEST(Pool2dHalf, OverlappingGradientsRoundOnce) {
   // Three windows (kernel 1x3, stride 1 on 1x5) all pick the middle element. Their gradients
   // 1 + 2^-11 + 2^-11 sum exactly to 1 + 2^-10 in fp32; added one by one in fp16 each 2^-11 is a
