@@ -6,6 +6,7 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/packed_gemm.h"
 
 namespace demi::backend::cpu {
 namespace {
@@ -27,6 +28,7 @@ enum Slot {
   kSlotCol = 4,
   kSlotImage = 5,
   kSlotGradY = 6,
+  kSlotPacked = 7,
 };
 
 struct ConvGeom {
@@ -254,6 +256,28 @@ void forward(const Conv2dArgs& a, const ConvGeom& g) {
   const Acc* bias = bias_as<Acc>(a.bias, g.o);
   const T* input = a.input.as<T>();
   T* output = a.output.as<T>();
+#if DEMI_PACKED_GEMM
+  if constexpr (std::is_same_v<Acc, float>) {
+    float* packed = thread_scratch<float>(kSlotPacked, packed_gemm::packed_size(g.o, ckk));
+    packed_gemm::pack_a(w.data(), ckk, 1, g.o, ckk, packed);
+    for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
+      const T* x = input + i * image;
+      float* y = result_buffer<T, float>(output + i * g.o * plane, g.o * plane, kSlotImage);
+      if (std::is_same_v<T, float> && g.pointwise()) {  // the image is its own column matrix
+        packed_gemm::gemm(packed, g.o, ckk, reinterpret_cast<const float*>(x), plane, plane, y, plane, bias);
+      } else {
+        float* col = thread_scratch<float>(kSlotCol, ckk * rows * g.ow);
+        for (int64_t oy = 0; oy < g.oh; oy += rows) {
+          const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
+          im2col(x, col, g, oy, end);
+          packed_gemm::gemm(packed, g.o, ckk, col, len, len, y + oy * g.ow, plane, bias);
+        }
+      }
+      if constexpr (!std::is_same_v<T, float>) convert_n(y, output + i * g.o * plane, g.o * plane);
+    });
+    return;
+  }
+#endif
   for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
     const T* x = input + i * image;
     Acc* y = result_buffer<T, Acc>(output + i * g.o * plane, g.o * plane, kSlotImage);
@@ -292,6 +316,30 @@ void backward_data(const Conv2dArgs& a, const ConvGeom& g) {
   const ConstMatrixMap<Acc> w(widen<T, Acc>(a.weight.as<T>(), g.o * ckk, kSlotWeight), g.o, ckk);
   const T* grad_y = a.output.as<T>();
   T* grad_x = a.input.as<T>();
+#if DEMI_PACKED_GEMM
+  if constexpr (std::is_same_v<Acc, float>) {
+    // A = W^T (ckk x o): grad_col = W^T grad_y.
+    float* packed = thread_scratch<float>(kSlotPacked, packed_gemm::packed_size(ckk, g.o));
+    packed_gemm::pack_a(w.data(), 1, ckk, ckk, g.o, packed);
+    for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
+      const float* gy = widen<T, float>(grad_y + i * g.o * plane, g.o * plane, kSlotGradY);
+      float* gx = result_buffer<T, float>(grad_x + i * image, image, kSlotImage);
+      if (g.pointwise()) {
+        packed_gemm::gemm(packed, g.c, g.o, gy, plane, plane, gx, plane, nullptr);
+      } else {
+        float* gcol = thread_scratch<float>(kSlotCol, ckk * rows * g.ow);
+        std::fill(gx, gx + image, 0.0f);
+        for (int64_t oy = 0; oy < g.oh; oy += rows) {
+          const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
+          packed_gemm::gemm(packed, ckk, g.o, gy + oy * g.ow, plane, len, gcol, len, nullptr);
+          col2im(gcol, gx, g, oy, end);
+        }
+      }
+      if constexpr (!std::is_same_v<T, float>) convert_n(gx, grad_x + i * image, image);
+    });
+    return;
+  }
+#endif
   for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
     const Acc* gy = widen<T, Acc>(grad_y + i * g.o * plane, g.o * plane, kSlotGradY);
     Acc* gx = result_buffer<T, Acc>(grad_x + i * image, image, kSlotImage);
