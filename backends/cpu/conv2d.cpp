@@ -29,6 +29,8 @@ enum Slot {
   kSlotImage = 5,
   kSlotGradY = 6,
   kSlotPacked = 7,
+  kSlotPackedCol = 8,
+  kSlotGradYT = 9,
 };
 
 struct ConvGeom {
@@ -374,6 +376,50 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   std::fill(bias_partial, bias_partial + threads * g.o, 0.0);
   const T* input = a.input.as<T>();
   const T* grad_y = a.output.as<T>();
+#if DEMI_PACKED_GEMM
+  if constexpr (std::is_same_v<Acc, float>) {
+    // grad_w^T (ckk x o) += col (ckk x len, packed) * grad_y^T (len x o), per thread; transposed
+    // into grad_w after the sum. The chunk's grad_y^T is small (len x o) next to col.
+    for_each_image(g.n, threads, [&](int64_t i) {
+      const int t = threads > 1 ? omp_get_thread_num() : 0;
+      const T* x = input + i * image;
+      const float* gy = widen<T, float>(grad_y + i * g.o * plane, g.o * plane, kSlotGradY);
+      float* col = thread_scratch<float>(kSlotCol, ckk * rows * g.ow);
+      float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(ckk, rows * g.ow));
+      float* gyt = thread_scratch<float>(kSlotGradYT, rows * g.ow * g.o);
+      for (int64_t oy = 0; oy < g.oh; oy += rows) {
+        const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
+        const float* cols = col;
+        if (std::is_same_v<T, float> && g.pointwise()) {
+          cols = reinterpret_cast<const float*>(x) + oy * g.ow;  // rows of the image, stride plane
+        } else {
+          im2col(x, col, g, oy, end);
+        }
+        packed_gemm::pack_a(cols, cols == col ? len : plane, 1, ckk, len, packed);
+        packed_gemm::transpose(gy + oy * g.ow, plane, g.o, len, gyt, g.o);
+        packed_gemm::gemm(packed, ckk, len, gyt, g.o, g.o, partial + t * wsize, g.o, nullptr, true);
+      }
+      if (want_bias) {
+        const ConstMatrixMap<float> gy_map(gy, g.o, plane);
+        for (int64_t o = 0; o < g.o; ++o) bias_partial[t * g.o + o] += static_cast<double>(gy_map.row(o).sum());
+      }
+    });
+    for (int t = 1; t < threads; ++t) {
+      Eigen::Map<Eigen::ArrayXf>(partial, wsize) += Eigen::Map<const Eigen::ArrayXf>(partial + t * wsize, wsize);
+      for (int64_t o = 0; o < g.o; ++o) bias_partial[o] += bias_partial[t * g.o + o];
+    }
+    float* gw = thread_scratch<float>(kSlotPacked, wsize);  // grad_w = (grad_w^T)^T
+    MatrixMap<float>(gw, g.o, ckk) = ConstMatrixMap<float>(partial, ckk, g.o).transpose();
+    convert_n(gw, a.weight.as<T>(), wsize);
+    if (want_bias) {
+      dispatch_floating(a.bias.dtype, "conv2d_backward_weight", [&](auto tag) {
+        using B = decltype(tag);
+        for (int64_t o = 0; o < g.o; ++o) a.bias.as<B>()[o] = round_to<B>(bias_partial[o]);
+      });
+    }
+    return;
+  }
+#endif
   for_each_image(g.n, threads, [&](int64_t i) {
     const int t = threads > 1 ? omp_get_thread_num() : 0;
     const T* x = input + i * image;
