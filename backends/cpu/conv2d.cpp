@@ -101,9 +101,10 @@ void zero_columns(Acc* block, int64_t ow, int64_t y0, int64_t y1, int64_t ox0, i
 }
 
 // col[(c, ky, kx), (oy - oy_begin, ox)] = x[c, oy * sh - ph + ky, ox * sw - pw + kx] for output
-// rows [oy_begin, oy_end), 0 in the padding. Each row of col holds (oy_end - oy_begin) * OW values.
+// rows [oy_begin, oy_end), 0 in the padding. Each row of col holds (oy_end - oy_begin) * OW values
+// and starts ld after the previous one (ld > that when several images share a column matrix).
 template <typename T, typename Acc>
-void im2col(const T* x, Acc* col, const ConvGeom& g, int64_t oy_begin, int64_t oy_end) {
+void im2col(const T* x, Acc* col, const ConvGeom& g, int64_t oy_begin, int64_t oy_end, int64_t ld) {
   const int64_t len = (oy_end - oy_begin) * g.ow;
   // Stride 1 with OW == W: output (oy, ox) reads input (oy, ox) shifted by one constant offset, so
   // the valid rows copy as one block; the few columns that wrap around get zeroed afterwards.
@@ -116,7 +117,7 @@ void im2col(const T* x, Acc* col, const ConvGeom& g, int64_t oy_begin, int64_t o
       vy0 = std::clamp(vy0, oy_begin, oy_end);
       vy1 = std::clamp(vy1, vy0, oy_end);
       for (int64_t kx = 0; kx < g.kw; ++kx) {
-        Acc* row = col + ((c * g.kh + ky) * g.kw + kx) * len;
+        Acc* row = col + ((c * g.kh + ky) * g.kw + kx) * ld;
         int64_t ox0, ox1;
         valid_range(g.w, g.ow, g.sw, g.pw, kx, ox0, ox1);
         std::fill(row, row + (vy0 - oy_begin) * g.ow, Acc(0));
@@ -149,11 +150,11 @@ void im2col(const T* x, Acc* col, const ConvGeom& g, int64_t oy_begin, int64_t o
 }
 
 // The adjoint of im2col for output rows [oy_begin, oy_end): x[c, iy, ix] += col[(c, ky, kx),
-// (oy - oy_begin, ox)]. x must be zeroed before the first chunk. The padding entries of col are
-// zeroed on the way (col is scratch), which lets the stride-1 case add whole blocks.
+// (oy - oy_begin, ox)], rows of col ld apart. x must be zeroed before the first chunk. The padding
+// entries of col are zeroed on the way (col is scratch), which lets the stride-1 case add whole
+// blocks.
 template <typename Acc>
-void col2im(Acc* col, Acc* x, const ConvGeom& g, int64_t oy_begin, int64_t oy_end) {
-  const int64_t len = (oy_end - oy_begin) * g.ow;
+void col2im(Acc* col, Acc* x, const ConvGeom& g, int64_t oy_begin, int64_t oy_end, int64_t ld) {
   const bool block = g.sh == 1 && g.sw == 1 && g.ow == g.w;
   for (int64_t c = 0; c < g.c; ++c) {
     Acc* xc = x + c * g.h * g.w;
@@ -163,7 +164,7 @@ void col2im(Acc* col, Acc* x, const ConvGeom& g, int64_t oy_begin, int64_t oy_en
       vy0 = std::clamp(vy0, oy_begin, oy_end);
       vy1 = std::clamp(vy1, vy0, oy_end);
       for (int64_t kx = 0; kx < g.kw; ++kx) {
-        Acc* row = col + ((c * g.kh + ky) * g.kw + kx) * len;
+        Acc* row = col + ((c * g.kh + ky) * g.kw + kx) * ld;
         int64_t ox0, ox1;
         valid_range(g.w, g.ow, g.sw, g.pw, kx, ox0, ox1);
         if (block && vy0 < vy1) {
@@ -250,6 +251,164 @@ using StridedMap = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
 template <typename T>
 using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 
+#if DEMI_PACKED_GEMM
+// How the packed path cuts a batch into GEMMs of at least kMinCols columns: chunks of output rows of
+// one image when a plane is large, groups of whole images side by side when it is small. (AirNet's
+// 7x7 planes, cut into 4-row chunks by kChunkBytes, ran as 28-column GEMMs, and backward-weight
+// loaded and stored its 2304 x 256 accumulator for every 28 positions.)
+struct Walk {
+  int64_t images;  // per group; > 1 only when rows == oh
+  int64_t rows;    // output rows per chunk
+};
+Walk packed_walk(const ConvGeom& g) {
+  constexpr int64_t kMinCols = 384;
+  if (g.plane() >= kMinCols) {
+    return {1, std::clamp(std::max(chunk_rows<float>(g), ceil_div(kMinCols, g.ow)), int64_t(1), g.oh)};
+  }
+  return {std::clamp<int64_t>(ceil_div(kMinCols, g.plane()), 1, std::max<int64_t>(g.n, 1)), g.oh};
+}
+
+// Calls body(first image, image count) for every group of the walk, groups spread over threads.
+template <typename Body>
+void for_each_group(const ConvGeom& g, const Walk& wk, int threads, Body&& body) {
+  const int64_t groups = ceil_div(g.n, wk.images);
+  for_each_image(groups, threads > 0 ? threads : image_threads(groups), [&](int64_t gi) {
+    body(gi * wk.images, std::min(wk.images, g.n - gi * wk.images));
+  });
+}
+
+template <typename T>
+void forward_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w, const float* bias) {
+  const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w;
+  const Walk wk = packed_walk(g);
+  float* packed = thread_scratch<float>(kSlotPacked, packed_gemm::packed_size(g.o, ckk));
+  packed_gemm::pack_a(w, ckk, 1, g.o, ckk, packed);
+  const T* input = a.input.as<T>();
+  T* output = a.output.as<T>();
+  for_each_group(g, wk, 0, [&](int64_t i0, int64_t ni) {
+    if (ni == 1) {
+      const T* x = input + i0 * image;
+      float* y = result_buffer<T, float>(output + i0 * g.o * plane, g.o * plane, kSlotImage);
+      if (std::is_same_v<T, float> && g.pointwise()) {  // the image is its own column matrix
+        packed_gemm::gemm(packed, g.o, ckk, reinterpret_cast<const float*>(x), plane, plane, y, plane, bias);
+      } else {
+        float* col = thread_scratch<float>(kSlotCol, ckk * wk.rows * g.ow);
+        for (int64_t oy = 0; oy < g.oh; oy += wk.rows) {
+          const int64_t end = std::min(g.oh, oy + wk.rows), len = (end - oy) * g.ow;
+          im2col(x, col, g, oy, end, len);
+          packed_gemm::gemm(packed, g.o, ckk, col, len, len, y + oy * g.ow, plane, bias);
+        }
+      }
+      if constexpr (!std::is_same_v<T, float>) convert_n(y, output + i0 * g.o * plane, g.o * plane);
+      return;
+    }
+    // Small images side by side: one GEMM, then each image's block copied out.
+    const int64_t cols = ni * plane;
+    float* col = thread_scratch<float>(kSlotCol, ckk * cols);
+    for (int64_t k = 0; k < ni; ++k) im2col(input + (i0 + k) * image, col + k * plane, g, 0, g.oh, cols);
+    float* y = thread_scratch<float>(kSlotImage, g.o * cols);
+    packed_gemm::gemm(packed, g.o, ckk, col, cols, cols, y, cols, bias);
+    for (int64_t k = 0; k < ni; ++k) {
+      for (int64_t o = 0; o < g.o; ++o) convert_n(y + o * cols + k * plane, output + ((i0 + k) * g.o + o) * plane, plane);
+    }
+  });
+}
+
+// grad_col = W^T grad_y, then col2im: A is W^T (ckk x o).
+template <typename T>
+void backward_data_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w) {
+  const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w;
+  const Walk wk = packed_walk(g);
+  float* packed = thread_scratch<float>(kSlotPacked, packed_gemm::packed_size(ckk, g.o));
+  packed_gemm::pack_a(w, 1, ckk, ckk, g.o, packed);
+  const T* grad_y = a.output.as<T>();
+  T* grad_x = a.input.as<T>();
+  for_each_group(g, wk, 0, [&](int64_t i0, int64_t ni) {
+    if (ni == 1) {
+      const float* gy = widen<T, float>(grad_y + i0 * g.o * plane, g.o * plane, kSlotGradY);
+      float* gx = result_buffer<T, float>(grad_x + i0 * image, image, kSlotImage);
+      if (g.pointwise()) {
+        packed_gemm::gemm(packed, g.c, g.o, gy, plane, plane, gx, plane, nullptr);
+      } else {
+        float* gcol = thread_scratch<float>(kSlotCol, ckk * wk.rows * g.ow);
+        std::fill(gx, gx + image, 0.0f);
+        for (int64_t oy = 0; oy < g.oh; oy += wk.rows) {
+          const int64_t end = std::min(g.oh, oy + wk.rows), len = (end - oy) * g.ow;
+          packed_gemm::gemm(packed, ckk, g.o, gy + oy * g.ow, plane, len, gcol, len, nullptr);
+          col2im(gcol, gx, g, oy, end, len);
+        }
+      }
+      if constexpr (!std::is_same_v<T, float>) convert_n(gx, grad_x + i0 * image, image);
+      return;
+    }
+    // Small images side by side: grad_y gathered into one matrix, one GEMM, col2im per image.
+    const int64_t cols = ni * plane;
+    float* gy = thread_scratch<float>(kSlotGradY, g.o * cols);
+    for (int64_t k = 0; k < ni; ++k) {
+      for (int64_t o = 0; o < g.o; ++o) convert_n(grad_y + ((i0 + k) * g.o + o) * plane, gy + o * cols + k * plane, plane);
+    }
+    float* gcol = thread_scratch<float>(kSlotCol, ckk * cols);
+    packed_gemm::gemm(packed, ckk, g.o, gy, cols, cols, gcol, cols, nullptr);
+    for (int64_t k = 0; k < ni; ++k) {
+      float* gx = result_buffer<T, float>(grad_x + (i0 + k) * image, image, kSlotImage);
+      std::fill(gx, gx + image, 0.0f);
+      col2im(gcol + k * plane, gx, g, 0, g.oh, cols);
+      if constexpr (!std::is_same_v<T, float>) convert_n(gx, grad_x + (i0 + k) * image, image);
+    }
+  });
+}
+
+// grad_w^T (ckk x o) += col (ckk x depth, packed) * grad_y^T (depth x o) into the calling thread's
+// partial; the depth is a chunk of rows of one image or a group of small images. grad_y^T is small
+// (depth x o) next to col.
+template <typename T>
+void backward_weight_packed(const Conv2dArgs& a, const ConvGeom& g, float* partial, double* bias_partial,
+                            int threads) {
+  const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, wsize = g.o * ckk;
+  const Walk wk = packed_walk(g);
+  const T* input = a.input.as<T>();
+  const T* grad_y = a.output.as<T>();
+  const bool want_bias = a.bias.defined();
+  for_each_group(g, wk, threads, [&](int64_t i0, int64_t ni) {
+    const int t = threads > 1 ? omp_get_thread_num() : 0;
+    const int64_t max_cols = std::max(ni * plane, wk.rows * g.ow);
+    float* col = thread_scratch<float>(kSlotCol, ckk * max_cols);
+    float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(ckk, max_cols));
+    float* gyt = thread_scratch<float>(kSlotGradYT, max_cols * g.o);
+    // depth columns of col (row stride ld) and their grad_y^T rows are ready: accumulate.
+    auto accumulate = [&](const float* cols, int64_t ld, int64_t depth) {
+      packed_gemm::pack_a(cols, ld, 1, ckk, depth, packed);
+      packed_gemm::gemm(packed, ckk, depth, gyt, g.o, g.o, partial + t * wsize, g.o, nullptr, true);
+    };
+    for (int64_t k = 0; k < ni; ++k) {
+      const T* x = input + (i0 + k) * image;
+      const float* gy = widen<T, float>(grad_y + (i0 + k) * g.o * plane, g.o * plane, kSlotGradY);
+      if (want_bias) {
+        for (int64_t o = 0; o < g.o; ++o) {
+          bias_partial[t * g.o + o] += static_cast<double>(ConstMatrixMap<float>(gy, g.o, plane).row(o).sum());
+        }
+      }
+      if (ni > 1) {  // gather the group, one GEMM after the last image
+        im2col(x, col + k * plane, g, 0, g.oh, ni * plane);
+        packed_gemm::transpose(gy, plane, g.o, plane, gyt + k * plane * g.o, g.o);
+        if (k == ni - 1) accumulate(col, ni * plane, ni * plane);
+        continue;
+      }
+      for (int64_t oy = 0; oy < g.oh; oy += wk.rows) {
+        const int64_t end = std::min(g.oh, oy + wk.rows), len = (end - oy) * g.ow;
+        packed_gemm::transpose(gy + oy * g.ow, plane, g.o, len, gyt, g.o);
+        if (std::is_same_v<T, float> && g.pointwise()) {  // rows of the image are the columns
+          accumulate(reinterpret_cast<const float*>(x) + oy * g.ow, plane, len);
+        } else {
+          im2col(x, col, g, oy, end, len);
+          accumulate(col, len, len);
+        }
+      }
+    }
+  });
+}
+#endif
+
 template <typename T>
 void forward(const Conv2dArgs& a, const ConvGeom& g) {
   using Acc = acc_t<T>;
@@ -259,26 +418,7 @@ void forward(const Conv2dArgs& a, const ConvGeom& g) {
   const T* input = a.input.as<T>();
   T* output = a.output.as<T>();
 #if DEMI_PACKED_GEMM
-  if constexpr (std::is_same_v<Acc, float>) {
-    float* packed = thread_scratch<float>(kSlotPacked, packed_gemm::packed_size(g.o, ckk));
-    packed_gemm::pack_a(w.data(), ckk, 1, g.o, ckk, packed);
-    for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
-      const T* x = input + i * image;
-      float* y = result_buffer<T, float>(output + i * g.o * plane, g.o * plane, kSlotImage);
-      if (std::is_same_v<T, float> && g.pointwise()) {  // the image is its own column matrix
-        packed_gemm::gemm(packed, g.o, ckk, reinterpret_cast<const float*>(x), plane, plane, y, plane, bias);
-      } else {
-        float* col = thread_scratch<float>(kSlotCol, ckk * rows * g.ow);
-        for (int64_t oy = 0; oy < g.oh; oy += rows) {
-          const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
-          im2col(x, col, g, oy, end);
-          packed_gemm::gemm(packed, g.o, ckk, col, len, len, y + oy * g.ow, plane, bias);
-        }
-      }
-      if constexpr (!std::is_same_v<T, float>) convert_n(y, output + i * g.o * plane, g.o * plane);
-    });
-    return;
-  }
+  if constexpr (std::is_same_v<Acc, float>) return forward_packed<T>(a, g, w.data(), bias);
 #endif
   for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
     const T* x = input + i * image;
@@ -300,7 +440,7 @@ void forward(const Conv2dArgs& a, const ConvGeom& g) {
       Acc* col = thread_scratch<Acc>(kSlotCol, ckk * rows * g.ow);
       for (int64_t oy = 0; oy < g.oh; oy += rows) {
         const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
-        im2col(x, col, g, oy, end);
+        im2col(x, col, g, oy, end, len);
         StridedMap<Acc>(y + oy * g.ow, g.o, len, Eigen::OuterStride<>(plane)).noalias() +=
             w * ConstMatrixMap<Acc>(col, ckk, len);
       }
@@ -319,28 +459,7 @@ void backward_data(const Conv2dArgs& a, const ConvGeom& g) {
   const T* grad_y = a.output.as<T>();
   T* grad_x = a.input.as<T>();
 #if DEMI_PACKED_GEMM
-  if constexpr (std::is_same_v<Acc, float>) {
-    // A = W^T (ckk x o): grad_col = W^T grad_y.
-    float* packed = thread_scratch<float>(kSlotPacked, packed_gemm::packed_size(ckk, g.o));
-    packed_gemm::pack_a(w.data(), 1, ckk, ckk, g.o, packed);
-    for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
-      const float* gy = widen<T, float>(grad_y + i * g.o * plane, g.o * plane, kSlotGradY);
-      float* gx = result_buffer<T, float>(grad_x + i * image, image, kSlotImage);
-      if (g.pointwise()) {
-        packed_gemm::gemm(packed, g.c, g.o, gy, plane, plane, gx, plane, nullptr);
-      } else {
-        float* gcol = thread_scratch<float>(kSlotCol, ckk * rows * g.ow);
-        std::fill(gx, gx + image, 0.0f);
-        for (int64_t oy = 0; oy < g.oh; oy += rows) {
-          const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
-          packed_gemm::gemm(packed, ckk, g.o, gy + oy * g.ow, plane, len, gcol, len, nullptr);
-          col2im(gcol, gx, g, oy, end);
-        }
-      }
-      if constexpr (!std::is_same_v<T, float>) convert_n(gx, grad_x + i * image, image);
-    });
-    return;
-  }
+  if constexpr (std::is_same_v<Acc, float>) return backward_data_packed<T>(a, g, w.data());
 #endif
   for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
     const Acc* gy = widen<T, Acc>(grad_y + i * g.o * plane, g.o * plane, kSlotGradY);
@@ -354,7 +473,7 @@ void backward_data(const Conv2dArgs& a, const ConvGeom& g) {
         const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
         MatrixMap<Acc>(gcol, ckk, len).noalias() =
             w.transpose() * ConstStridedMap<Acc>(gy + oy * g.ow, g.o, len, Eigen::OuterStride<>(plane));
-        col2im(gcol, gx, g, oy, end);
+        col2im(gcol, gx, g, oy, end, len);
       }
     }
     if constexpr (!std::is_same_v<T, Acc>) convert_n(gx, grad_x + i * image, image);
@@ -378,32 +497,7 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   const T* grad_y = a.output.as<T>();
 #if DEMI_PACKED_GEMM
   if constexpr (std::is_same_v<Acc, float>) {
-    // grad_w^T (ckk x o) += col (ckk x len, packed) * grad_y^T (len x o), per thread; transposed
-    // into grad_w after the sum. The chunk's grad_y^T is small (len x o) next to col.
-    for_each_image(g.n, threads, [&](int64_t i) {
-      const int t = threads > 1 ? omp_get_thread_num() : 0;
-      const T* x = input + i * image;
-      const float* gy = widen<T, float>(grad_y + i * g.o * plane, g.o * plane, kSlotGradY);
-      float* col = thread_scratch<float>(kSlotCol, ckk * rows * g.ow);
-      float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(ckk, rows * g.ow));
-      float* gyt = thread_scratch<float>(kSlotGradYT, rows * g.ow * g.o);
-      for (int64_t oy = 0; oy < g.oh; oy += rows) {
-        const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
-        const float* cols = col;
-        if (std::is_same_v<T, float> && g.pointwise()) {
-          cols = reinterpret_cast<const float*>(x) + oy * g.ow;  // rows of the image, stride plane
-        } else {
-          im2col(x, col, g, oy, end);
-        }
-        packed_gemm::pack_a(cols, cols == col ? len : plane, 1, ckk, len, packed);
-        packed_gemm::transpose(gy + oy * g.ow, plane, g.o, len, gyt, g.o);
-        packed_gemm::gemm(packed, ckk, len, gyt, g.o, g.o, partial + t * wsize, g.o, nullptr, true);
-      }
-      if (want_bias) {
-        const ConstMatrixMap<float> gy_map(gy, g.o, plane);
-        for (int64_t o = 0; o < g.o; ++o) bias_partial[t * g.o + o] += static_cast<double>(gy_map.row(o).sum());
-      }
-    });
+    backward_weight_packed<T>(a, g, partial, bias_partial, threads);  // partials of grad_w^T
     for (int t = 1; t < threads; ++t) {
       Eigen::Map<Eigen::ArrayXf>(partial, wsize) += Eigen::Map<const Eigen::ArrayXf>(partial + t * wsize, wsize);
       for (int64_t o = 0; o < g.o; ++o) bias_partial[o] += bias_partial[t * g.o + o];
@@ -436,7 +530,7 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
       Acc* col = thread_scratch<Acc>(kSlotCol, ckk * rows * g.ow);
       for (int64_t oy = 0; oy < g.oh; oy += rows) {
         const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
-        im2col(x, col, g, oy, end);
+        im2col(x, col, g, oy, end, len);
         gw.noalias() += ConstStridedMap<Acc>(gy + oy * g.ow, g.o, len, Eigen::OuterStride<>(plane)) *
                         ConstMatrixMap<Acc>(col, ckk, len).transpose();
       }

@@ -63,10 +63,11 @@ const Case kCases[] = {
     {"row_chunks_stride2", 2, 48, 21, 19, 6, 3, 3, 2, 2, 1, 1, false},
     // SmallCNN's and AirNet's 3x3 / stride 1 / padding 1 at odd sizes: a plane larger than one
     // chunk of rows, many images of a tiny plane, a 1x1 image, channels not multiples of 8 (the
-    // packed GEMM's panels and column tiles).
+    // packed GEMM's panels and column tiles), small planes run as groups of images side by side.
     {"k3_pad1_grid_slices", 2, 5, 20, 25, 6, 3, 3, 1, 1, 1, 1, true},
     {"k3_pad1_many_small_images", 9, 12, 3, 4, 10, 3, 3, 1, 1, 1, 1, true},
     {"k3_pad1_one_pixel", 3, 2, 1, 1, 3, 3, 3, 1, 1, 1, 1, false},
+    {"k3_pad1_image_groups_and_remainder", 13, 4, 8, 8, 5, 3, 3, 1, 1, 1, 1, true},  // 8x8: groups of 6
 };
 
 std::string describe(const Case& c, DType dtype) {
