@@ -73,11 +73,8 @@ Underflow classify(const Tensor& grad, DType format) {
 double evaluate(nn::Module& model, data::DataLoader& loader, const Device& device, DType dtype,
                 dist::ProcessGroup* group) {
   NoGradGuard no_grad;
-  if (group) {  // every rank evaluates rank 0's running statistics: the model the checkpoint holds
-    std::vector<Tensor> buffers;
-    for (const auto& [name, b] : model.named_buffers()) buffers.push_back(b);
-    dist::broadcast_coalesced(*group, buffers, 0);
-  }
+  // Every rank evaluates rank 0's running statistics: the model the checkpoint holds.
+  if (group) dist::broadcast_buffers(*group, model);
   model.eval();
   std::optional<amp::AutocastGuard> autocast;
   if (dtype != DType::F32) autocast.emplace(device.kind(), dtype);

@@ -21,9 +21,8 @@ TrainStep::TrainStep(optim::Optimizer& optimizer, GradScaler& scaler, const Opti
   DEMI_CHECK(options.clip_grad_norm >= 0.0, "TrainStep: clip_grad_norm must be >= 0, got ", options.clip_grad_norm);
 }
 
-bool TrainStep::any_rank(bool flag) {
-  const std::vector<Tensor> params = options_.ddp->module().parameters();
-  const Tensor t = full({}, flag ? 1.0 : 0.0, DType::F32, params.empty() ? Device::cpu() : params.front().device());
+bool TrainStep::any_rank(bool flag, const Device& device) {
+  const Tensor t = full({}, flag ? 1.0 : 0.0, DType::F32, device);
   options_.ddp->process_group().all_reduce(t, dist::ReduceOp::Max);
   return t.item<float>() != 0.0f;
 }
@@ -46,7 +45,7 @@ TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
     const double value = loss.item<double>();
     result.loss += value / options_.micro_batches;
     bool non_finite = !std::isfinite(value);
-    if (options_.ddp && !scaler_.is_enabled()) non_finite = any_rank(non_finite);  // all skip, or none
+    if (options_.ddp && !scaler_.is_enabled()) non_finite = any_rank(non_finite, loss.device());  // all skip, or none
     if (non_finite) {
       result.non_finite_loss = true;
       if (!scaler_.is_enabled()) {  // nothing would catch its gradients: do not take this step

@@ -46,7 +46,7 @@ class TrainStep {
   void set_gradient_probe(std::function<void()> probe) { probe_ = std::move(probe); }
 
  private:
-  bool any_rank(bool flag);  // flag or'ed over the ranks of options_.ddp's group
+  bool any_rank(bool flag, const Device& device);  // flag or'ed over the ranks of options_.ddp's group
 
   optim::Optimizer& optimizer_;
   GradScaler& scaler_;

@@ -49,6 +49,14 @@ void broadcast_coalesced(ProcessGroup& group, const std::vector<Tensor>& tensors
   }
 }
 
+void broadcast_buffers(ProcessGroup& group, nn::Module& module) {
+  if (group.size() < 2) return;
+  NoGradGuard no_grad;
+  std::vector<Tensor> buffers;
+  for (const auto& [name, b] : module.named_buffers()) buffers.push_back(b);
+  broadcast_coalesced(group, buffers, 0);
+}
+
 // The state the gradient hooks work on. Buckets are launched strictly in index order, so every
 // rank issues the same all-reduces in the same order whatever order its gradients arrive in.
 struct DistributedDataParallel::Reducer {
@@ -207,12 +215,7 @@ DistributedDataParallel::~DistributedDataParallel() {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
-  if (is_training() && options_.broadcast_buffers && group_->size() > 1) {
-    NoGradGuard no_grad;
-    std::vector<Tensor> buffers;
-    for (const auto& [name, b] : module_->named_buffers()) buffers.push_back(b);
-    broadcast_coalesced(*group_, buffers, 0);
-  }
+  if (is_training() && options_.broadcast_buffers) broadcast_buffers(*group_, *module_);
   return (*module_)(x);
 }
 

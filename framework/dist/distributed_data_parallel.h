@@ -60,4 +60,8 @@ class DistributedDataParallel : public nn::Module {
 // Broadcasts `tensors` from `root` in one call per dtype (packed into a flat buffer), not one per tensor.
 void broadcast_coalesced(ProcessGroup& group, const std::vector<Tensor>& tensors, int root = 0);
 
+// Every rank takes rank 0's buffers of `module` (BatchNorm's running statistics): what DDP's
+// training forward does, and what evaluation needs so that every rank scores the same model.
+void broadcast_buffers(ProcessGroup& group, nn::Module& module);
+
 }  // namespace demi::dist
