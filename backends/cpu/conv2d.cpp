@@ -495,57 +495,53 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   std::fill(bias_partial, bias_partial + threads * g.o, 0.0);
   const T* input = a.input.as<T>();
   const T* grad_y = a.output.as<T>();
+  bool transposed = false;  // the packed path sums grad_w^T
 #if DEMI_PACKED_GEMM
   if constexpr (std::is_same_v<Acc, float>) {
-    backward_weight_packed<T>(a, g, partial, bias_partial, threads);  // partials of grad_w^T
-    for (int t = 1; t < threads; ++t) {
-      Eigen::Map<Eigen::ArrayXf>(partial, wsize) += Eigen::Map<const Eigen::ArrayXf>(partial + t * wsize, wsize);
-      for (int64_t o = 0; o < g.o; ++o) bias_partial[o] += bias_partial[t * g.o + o];
-    }
-    float* gw = thread_scratch<float>(kSlotPacked, wsize);  // grad_w = (grad_w^T)^T
-    MatrixMap<float>(gw, g.o, ckk) = ConstMatrixMap<float>(partial, ckk, g.o).transpose();
-    convert_n(gw, a.weight.as<T>(), wsize);
-    if (want_bias) {
-      dispatch_floating(a.bias.dtype, "conv2d_backward_weight", [&](auto tag) {
-        using B = decltype(tag);
-        for (int64_t o = 0; o < g.o; ++o) a.bias.as<B>()[o] = round_to<B>(bias_partial[o]);
-      });
-    }
-    return;
+    backward_weight_packed<T>(a, g, partial, bias_partial, threads);
+    transposed = true;
   }
 #endif
-  for_each_image(g.n, threads, [&](int64_t i) {
-    const int t = threads > 1 ? omp_get_thread_num() : 0;
-    const T* x = input + i * image;
-    const Acc* gy = widen<T, Acc>(grad_y + i * g.o * plane, g.o * plane, kSlotGradY);
-    MatrixMap<Acc> gw(partial + t * wsize, g.o, ckk);
-    bool done = false;
-    if constexpr (std::is_same_v<T, Acc>) {
-      if (g.pointwise()) {  // the image is its own column matrix
-        gw.noalias() += ConstMatrixMap<Acc>(gy, g.o, plane) * ConstMatrixMap<Acc>(x, ckk, plane).transpose();
-        done = true;
+  if (!transposed) {
+    for_each_image(g.n, threads, [&](int64_t i) {
+      const int t = threads > 1 ? omp_get_thread_num() : 0;
+      const T* x = input + i * image;
+      const Acc* gy = widen<T, Acc>(grad_y + i * g.o * plane, g.o * plane, kSlotGradY);
+      MatrixMap<Acc> gw(partial + t * wsize, g.o, ckk);
+      bool done = false;
+      if constexpr (std::is_same_v<T, Acc>) {
+        if (g.pointwise()) {  // the image is its own column matrix
+          gw.noalias() += ConstMatrixMap<Acc>(gy, g.o, plane) * ConstMatrixMap<Acc>(x, ckk, plane).transpose();
+          done = true;
+        }
       }
-    }
-    if (!done) {
-      Acc* col = thread_scratch<Acc>(kSlotCol, ckk * rows * g.ow);
-      for (int64_t oy = 0; oy < g.oh; oy += rows) {
-        const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
-        im2col(x, col, g, oy, end, len);
-        gw.noalias() += ConstStridedMap<Acc>(gy + oy * g.ow, g.o, len, Eigen::OuterStride<>(plane)) *
-                        ConstMatrixMap<Acc>(col, ckk, len).transpose();
+      if (!done) {
+        Acc* col = thread_scratch<Acc>(kSlotCol, ckk * rows * g.ow);
+        for (int64_t oy = 0; oy < g.oh; oy += rows) {
+          const int64_t end = std::min(g.oh, oy + rows), len = (end - oy) * g.ow;
+          im2col(x, col, g, oy, end, len);
+          gw.noalias() += ConstStridedMap<Acc>(gy + oy * g.ow, g.o, len, Eigen::OuterStride<>(plane)) *
+                          ConstMatrixMap<Acc>(col, ckk, len).transpose();
+        }
       }
-    }
-    if (want_bias) {
-      const ConstMatrixMap<Acc> gy_map(gy, g.o, plane);
-      for (int64_t o = 0; o < g.o; ++o) bias_partial[t * g.o + o] += static_cast<double>(gy_map.row(o).sum());
-    }
-  });
+      if (want_bias) {
+        const ConstMatrixMap<Acc> gy_map(gy, g.o, plane);
+        for (int64_t o = 0; o < g.o; ++o) bias_partial[t * g.o + o] += static_cast<double>(gy_map.row(o).sum());
+      }
+    });
+  }
   for (int t = 1; t < threads; ++t) {
     Eigen::Map<Eigen::Array<Acc, Eigen::Dynamic, 1>>(partial, wsize) +=
         Eigen::Map<const Eigen::Array<Acc, Eigen::Dynamic, 1>>(partial + t * wsize, wsize);
     for (int64_t o = 0; o < g.o; ++o) bias_partial[o] += bias_partial[t * g.o + o];
   }
-  convert_n(partial, a.weight.as<T>(), wsize);
+  const Acc* grad_w = partial;
+  if (transposed) {  // grad_w = (grad_w^T)^T
+    Acc* gw = thread_scratch<Acc>(kSlotPacked, wsize);
+    MatrixMap<Acc>(gw, g.o, ckk) = ConstMatrixMap<Acc>(partial, ckk, g.o).transpose();
+    grad_w = gw;
+  }
+  convert_n(grad_w, a.weight.as<T>(), wsize);
   if (want_bias) {
     dispatch_floating(a.bias.dtype, "conv2d_backward_weight", [&](auto tag) {
       using B = decltype(tag);
