@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "framework/core/error.h"
 
@@ -65,6 +66,25 @@ double OneCycle::factor(int64_t it) const {
   const double t = std::min(static_cast<double>(it), end);
   if (t <= peak) return cosine(start, 1.0, t / peak);
   return cosine(1.0, last, (t - peak) / (end - peak));
+}
+
+PiecewiseLinear::PiecewiseLinear(Optimizer& optimizer, std::vector<Point> points)
+    : LRScheduler(optimizer), points_(std::move(points)) {
+  DEMI_CHECK(!points_.empty(), "PiecewiseLinear: needs at least one (iteration, factor) point");
+  for (size_t i = 1; i < points_.size(); ++i) {
+    DEMI_CHECK(points_[i].iteration > points_[i - 1].iteration, "PiecewiseLinear: iterations must increase, got ",
+               points_[i - 1].iteration, " then ", points_[i].iteration, " (points ", i - 1, " and ", i, ")");
+  }
+  apply();
+}
+double PiecewiseLinear::factor(int64_t iteration) const {
+  const double t = static_cast<double>(iteration);
+  if (t <= points_.front().iteration) return points_.front().factor;
+  for (size_t i = 1; i < points_.size(); ++i) {
+    const Point &a = points_[i - 1], &b = points_[i];
+    if (t <= b.iteration) return a.factor + (b.factor - a.factor) * (t - a.iteration) / (b.iteration - a.iteration);
+  }
+  return points_.back().factor;
 }
 
 }  // namespace demi::optim

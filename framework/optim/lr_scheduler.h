@@ -81,4 +81,22 @@ class OneCycle : public LRScheduler {
   double pct_start_, div_factor_, final_div_factor_;
 };
 
+// Linear interpolation between (iteration, factor) points, held flat beyond the last (numpy.interp,
+// which airbench's schedule uses): {{0, 0.2}, {0.23 * total, 1}, {total, 0.07}} warms up from 0.2x
+// the base lr to 1x over the first 23% of the run and decays linearly to 0.07x at its end.
+class PiecewiseLinear : public LRScheduler {
+ public:
+  struct Point {
+    double iteration;
+    double factor;
+  };
+  PiecewiseLinear(Optimizer& optimizer, std::vector<Point> points);
+
+ protected:
+  double factor(int64_t iteration) const override;
+
+ private:
+  std::vector<Point> points_;
+};
+
 }  // namespace demi::optim

@@ -61,6 +61,20 @@ TEST(Module, DefaultInitialisationBoundsMatchPyTorch) {
   EXPECT_NEAR(sq / static_cast<double>(conv.weight.numel()), conv_bound * conv_bound / 3, 0.1 * conv_bound * conv_bound / 3);
 }
 
+TEST(Module, DiracOnTheFirstFiltersMakesThemTheIdentity) {
+  // airbench's dirac_(weight[:in]): conv(x) of the first `in` channels is x itself; the rest keep
+  // their random initialisation.
+  nn::Conv2d conv({2, 3, 3, 1, 1, false});
+  const std::vector<float> before = conv.weight.to_vector<float>();
+  nn::init::dirac_(conv.weight.slice(0, 2));
+  const std::vector<float> after = conv.weight.to_vector<float>();
+  for (size_t k = 36; k < 54; ++k) EXPECT_EQ(after[k], before[k]) << "filter 2 untouched, element " << k;
+  const Tensor x = randn({1, 2, 4, 4});
+  const std::vector<float> y = conv(x).to_vector<float>(), xs = x.to_vector<float>();
+  for (size_t k = 0; k < 32; ++k) EXPECT_FLOAT_EQ(y[k], xs[k]) << k;
+  EXPECT_THROW(nn::init::dirac_(ones({3, 3})), Error);
+}
+
 TEST(Module, HalfConversionKeepsBatchNormInFp32) {
   Generator gen(0);
   auto net = tiny_cnn(gen);

@@ -43,6 +43,35 @@ TEST(LRScheduler, CosineWithWarmupRisesLinearlyThenDecays) {
   EXPECT_NEAR(opt.lr(0), 0.0, 1e-12);  // held at the floor
 }
 
+TEST(LRScheduler, PiecewiseLinearInterpolatesLikeNumpyInterp) {
+  // airbench's schedule over 100 steps: np.interp(t, [0, 23, 100], [0.2, 1, 0.07]), per group.
+  Tensor w = ones({1}).requires_grad_(), b = ones({1}).requires_grad_();
+  auto opt = make_sgd(w, 2.0);
+  optim::SGD::Options bias_options;
+  bias_options.lr = 128.0;
+  opt.add_param_group({b}, bias_options);
+  optim::PiecewiseLinear sched(opt, {{0, 0.2}, {23, 1.0}, {100, 0.07}});
+  std::vector<double> factors;
+  for (int i = 0; i <= 110; ++i) {
+    factors.push_back(opt.lr(0) / 2.0);
+    EXPECT_DOUBLE_EQ(opt.lr(1) / 128.0, factors.back()) << i;  // every group follows its own base lr
+    sched.step();
+  }
+  EXPECT_DOUBLE_EQ(factors[0], 0.2);
+  EXPECT_NEAR(factors[10], 0.2 + 0.8 * 10.0 / 23.0, 1e-12);
+  EXPECT_DOUBLE_EQ(factors[23], 1.0);
+  EXPECT_NEAR(factors[50], 1.0 - 0.93 * 27.0 / 77.0, 1e-12);
+  EXPECT_NEAR(factors[100], 0.07, 1e-12);
+  EXPECT_NEAR(factors[110], 0.07, 1e-12);  // held past the last point
+}
+
+TEST(LRScheduler, PiecewiseLinearRejectsUnorderedPoints) {
+  Tensor w = ones({1}).requires_grad_();
+  auto opt = make_sgd(w, 1.0);
+  EXPECT_THROW(optim::PiecewiseLinear(opt, {{0, 1.0}, {10, 0.5}, {10, 0.1}}), Error);
+  EXPECT_THROW(optim::PiecewiseLinear(opt, {}), Error);
+}
+
 TEST(LRScheduler, OneCycleMatchesTorchOneCycleLR) {
   // torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1, total_steps=10): 0.04 at the start, 1.0 at
   // step 2 (pct_start * total - 1), 4e-6 at step 9.
