@@ -22,6 +22,10 @@ constexpr int64_t kPlane = kSide * kSide;
 constexpr int64_t kImage = 3 * kPlane;
 constexpr uint64_t kOrderTag = 0x0bde4;    // stream of the epoch's permutation
 constexpr uint64_t kAugmentTag = 0xa46e;  // stream of the batches' crops, flips and cutouts
+constexpr uint64_t kFlipTag = 0xf11b;     // each example's epoch-0 flip under alternating flips
+
+// Source index of padded coordinate i (in [-p, 32 + p)): the image mirrored at its border.
+int64_t reflect(int64_t i) { return i < 0 ? -i : (i >= kSide ? 2 * (kSide - 1) - i : i); }
 }  // namespace
 
 struct DataLoader::State {
@@ -80,6 +84,11 @@ struct DataLoader::State {
     changed.notify_all();
   }
 
+  // Alternating flips: whether `example` is flipped in epoch 0 (a fixed coin per example).
+  bool epoch_zero_flip(int64_t example) const {
+    return detail::derive_seed(detail::derive_seed(options.seed, kFlipTag), static_cast<uint64_t>(example)) >> 63;
+  }
+
   Batch make_batch(int64_t b) const {
     const int64_t n = data.size();
     const int64_t begin = b * options.batch_size;
@@ -104,7 +113,7 @@ struct DataLoader::State {
       const int64_t p = options.augment ? aug.crop_padding : 0;
       const int64_t dy = p ? static_cast<int64_t>(rng.below(2 * p + 1)) - p : 0;
       const int64_t dx = p ? static_cast<int64_t>(rng.below(2 * p + 1)) - p : 0;
-      const bool flip = options.augment && aug.flip && (rng.next() >> 63);
+      const bool random_flip = rng.next() >> 63;
       // Cutout's centre: anywhere in the image, the square clipped at the border (DeVries & Taylor, 2017).
       const bool cut = options.augment && aug.cutout > 0;
       const int64_t cy = cut ? static_cast<int64_t>(rng.below(kSide)) : 0;
@@ -112,6 +121,8 @@ struct DataLoader::State {
       if (i < lo || i >= hi) continue;  // another shard's row
 
       const int64_t index = order[static_cast<size_t>(begin + i)];
+      const bool flip = options.augment && aug.flip &&
+                        (aug.alternating_flip ? epoch_zero_flip(index) != (epoch % 2 == 1) : random_flip);
       const int64_t label = labels[index];
       DEMI_CHECK(label >= 0 && (num_classes == 0 || label < num_classes), "DataLoader: example ", index, " has label ",
                  label, ", outside [0, ", num_classes, "); fix the dataset's labels or its class list");
@@ -123,11 +134,13 @@ struct DataLoader::State {
           for (int64_t k = 0; k < kPlane; ++k) out_image[c * kPlane + k] = lut[c][src[c * kPlane + k]];
         continue;
       }
+      const bool mirror_border = aug.padding == Padding::Reflect;
       for (int64_t c = 0; c < 3; ++c) {
         for (int64_t y = 0; y < kSide; ++y) {
-          const int64_t sy = y + dy;
+          const int64_t sy = mirror_border ? reflect(y + dy) : y + dy;
           for (int64_t x = 0; x < kSide; ++x) {
-            const int64_t sx = (flip ? kSide - 1 - x : x) + dx;  // flip after the crop, as torchvision
+            int64_t sx = (flip ? kSide - 1 - x : x) + dx;  // flip after the crop, as torchvision
+            if (mirror_border) sx = reflect(sx);
             const bool inside = sy >= 0 && sy < kSide && sx >= 0 && sx < kSide;
             out_image[c * kPlane + y * kSide + x] = lut[c][inside ? src[c * kPlane + sy * kSide + sx] : 0];
           }
@@ -173,6 +186,8 @@ DataLoader::DataLoader(Dataset data, const Options& options) : state_(std::make_
   DEMI_CHECK(o.prefetch_batches >= 1, "DataLoader: prefetch_batches must be >= 1, got ", o.prefetch_batches);
   DEMI_CHECK(o.augmentation.crop_padding >= 0 && o.augmentation.crop_padding <= kSide,
              "DataLoader: augmentation.crop_padding must be in [0, 32], got ", o.augmentation.crop_padding);
+  DEMI_CHECK(o.augmentation.padding == Padding::Zero || o.augmentation.crop_padding < kSide,
+             "DataLoader: reflect padding mirrors at most 31 pixels, got crop_padding ", o.augmentation.crop_padding);
   DEMI_CHECK(o.augmentation.cutout >= 0 && o.augmentation.cutout <= kSide,
              "DataLoader: augmentation.cutout must be in [0, 32] (0 = off), got ", o.augmentation.cutout);
   DEMI_CHECK(o.dtype == DType::F32 || o.dtype == DType::F16 || o.dtype == DType::BF16,

@@ -18,10 +18,19 @@ struct Normalization {
 // CIFAR-10 train-set statistics: mean (0.4914, 0.4822, 0.4465), std (0.2470, 0.2435, 0.2616).
 extern const Normalization kCifar10Normalization;
 
+// What a crop sees beyond the image's border: black (torchvision's RandomCrop(padding=4)) or the
+// image mirrored at its border, edge pixel not repeated (airbench's reflect-padded translate).
+enum class Padding { Zero, Reflect };
+
 struct AugmentOptions {
-  int crop_padding = 4;  // random 32x32 crop of the image zero-padded (black) by this many pixels
+  int crop_padding = 4;  // random 32x32 crop of the image padded by this many pixels
   bool flip = true;      // horizontal flip with probability 1/2
   int cutout = 0;        // side of a square set to 0 after normalisation (the mean colour); 0 = off
+  Padding padding = Padding::Zero;
+  // airbench's alternating flip (with flip): epoch 0 flips a fixed random half of the examples,
+  // odd epochs flip exactly the other half and even epochs repeat epoch 0, so every two epochs
+  // show each image both ways (random flips leave a quarter of them one way only).
+  bool alternating_flip = false;
 };
 
 struct Batch {

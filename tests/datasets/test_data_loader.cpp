@@ -61,6 +61,15 @@ std::vector<int64_t> flat(const Epoch& e) {
   return all;
 }
 
+// The first batch of epoch 0.
+Batch first_batch(const Dataset& d, const DataLoader::Options& o) {
+  DataLoader loader(d, o);
+  loader.start_epoch(0);
+  Batch b;
+  EXPECT_TRUE(loader.next(b));
+  return b;
+}
+
 TEST(DataLoader, EveryExampleOncePerEpoch) {
   DataLoader::Options o;
   o.batch_size = 64;
@@ -141,10 +150,7 @@ TEST(DataLoader, NormalisesExactlyWithoutAugmentation) {
   DataLoader::Options o;
   o.batch_size = 4;
   o.shuffle = false;
-  DataLoader loader(d, o);
-  loader.start_epoch(0);
-  Batch b;
-  ASSERT_TRUE(loader.next(b));
+  const Batch b = first_batch(d, o);
   EXPECT_EQ(b.images.shape(), (Shape{4, 3, 32, 32}));
   EXPECT_EQ(b.images.dtype(), DType::F32);
   EXPECT_EQ(b.labels.shape(), (Shape{4}));
@@ -154,15 +160,15 @@ TEST(DataLoader, NormalisesExactlyWithoutAugmentation) {
   // A known pixel: 255 in the red channel is (1 - 0.4914) / 0.2470.
   Dataset white = indexed(1);
   std::memset(white.images.data<uint8_t>(), 255, 3072);
-  DataLoader w(white, o);
-  w.start_epoch(0);
-  ASSERT_TRUE(w.next(b));
-  EXPECT_NEAR(b.images.to_vector<float>()[0], (1.0f - 0.4914f) / 0.2470f, 1e-6f);
-  EXPECT_NEAR(b.images.to_vector<float>()[2048], (1.0f - 0.4465f) / 0.2616f, 1e-6f);
+  const std::vector<float> w = first_batch(white, o).images.to_vector<float>();
+  EXPECT_NEAR(w[0], (1.0f - 0.4914f) / 0.2470f, 1e-6f);
+  EXPECT_NEAR(w[2048], (1.0f - 0.4465f) / 0.2616f, 1e-6f);
 }
 
-// The (dy, dx, flip) that maps `src` onto `out` (one image, channel 0), or nothing.
-bool find_crop(const uint8_t* src, const float* out, int pad, bool* flipped) {
+// The (dy, dx, flip) that maps `src` onto `out` (one image), or nothing. `reflect`: the padding
+// mirrors the image at its border instead of being black.
+bool find_crop(const uint8_t* src, const float* out, int pad, bool* flipped, bool reflect = false) {
+  const auto mirrored = [reflect](int i) { return !reflect ? i : (i < 0 ? -i : (i > 31 ? 62 - i : i)); };
   for (int flip = 0; flip < 2; ++flip)
     for (int dy = -pad; dy <= pad; ++dy)
       for (int dx = -pad; dx <= pad; ++dx) {
@@ -170,7 +176,7 @@ bool find_crop(const uint8_t* src, const float* out, int pad, bool* flipped) {
         for (int c = 0; c < 3 && match; ++c)
           for (int y = 0; y < 32 && match; ++y)
             for (int x = 0; x < 32 && match; ++x) {
-              const int sy = y + dy, sx = (flip ? 31 - x : x) + dx;
+              const int sy = mirrored(y + dy), sx = mirrored((flip ? 31 - x : x) + dx);
               const uint8_t v = sy >= 0 && sy < 32 && sx >= 0 && sx < 32 ? src[c * 1024 + sy * 32 + sx] : 0;
               match = out[c * 1024 + y * 32 + x] == normalised(v, c);
             }
@@ -187,10 +193,7 @@ TEST(DataLoader, AugmentationIsACropOfThePaddedImageMaybeFlipped) {
   DataLoader::Options o;
   o.batch_size = 64;
   o.augment = true;
-  DataLoader loader(d, o);
-  loader.start_epoch(0);
-  Batch b;
-  ASSERT_TRUE(loader.next(b));
+  const Batch b = first_batch(d, o);
   EXPECT_EQ(b.images.shape(), (Shape{64, 3, 32, 32}));
   const std::vector<float> x = b.images.to_vector<float>();
   const std::vector<int64_t> labels = b.labels.to_vector<int64_t>();
@@ -207,16 +210,66 @@ TEST(DataLoader, AugmentationIsACropOfThePaddedImageMaybeFlipped) {
   EXPECT_GT(padded, 32) << "most crops reach into the zero padding";
 }
 
+TEST(DataLoader, ReflectPaddingMirrorsTheBorderInsteadOfBlack) {
+  const Dataset d = indexed(64);
+  DataLoader::Options o;
+  o.batch_size = 64;
+  o.augment = true;
+  o.augmentation.crop_padding = 2;
+  o.augmentation.padding = Padding::Reflect;
+  const Batch b = first_batch(d, o);
+  const std::vector<float> x = b.images.to_vector<float>();
+  const std::vector<int64_t> labels = b.labels.to_vector<int64_t>();
+  int shifted = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    bool flipped = false;
+    const float* out = x.data() + i * 3072;
+    const uint8_t* src = d.images.data<uint8_t>() + labels[i] * 3072;
+    ASSERT_TRUE(find_crop(src, out, 2, &flipped, /*reflect=*/true)) << "image " << i;
+    EXPECT_EQ(std::count(out, out + 1024, normalised(0, 0)), 0) << "no black padding";
+    bool unshifted = false;
+    shifted += !find_crop(src, out, 0, &unshifted, true);
+  }
+  EXPECT_GT(shifted, 40) << "most crops move the image (24 of 25 offsets do)";
+}
+
+TEST(DataLoader, AlternatingFlipShowsEachImageBothWaysEveryTwoEpochs) {
+  const Dataset d = indexed(64);
+  DataLoader::Options o;
+  o.batch_size = 16;
+  o.augment = true;
+  o.augmentation.crop_padding = 0;
+  o.augmentation.alternating_flip = true;
+  DataLoader loader(d, o);
+  // flipped[e][label]
+  std::vector<std::vector<int>> flipped(4, std::vector<int>(64, -1));
+  for (int e = 0; e < 4; ++e) {
+    const Epoch epoch = run_epoch(loader, e);
+    for (size_t b = 0; b < epoch.labels.size(); ++b)
+      for (size_t i = 0; i < epoch.labels[b].size(); ++i) {
+        bool f = false;
+        const int64_t label = epoch.labels[b][i];
+        ASSERT_TRUE(find_crop(d.images.data<uint8_t>() + label * 3072, epoch.images[b].data() + i * 3072, 0, &f));
+        flipped[e][static_cast<size_t>(label)] = f;
+      }
+  }
+  const int first = static_cast<int>(std::count(flipped[0].begin(), flipped[0].end(), 1));
+  EXPECT_GT(first, 16);
+  EXPECT_LT(first, 48);
+  for (size_t k = 0; k < 64; ++k) {
+    EXPECT_NE(flipped[1][k], flipped[0][k]) << "odd epochs flip exactly the others, example " << k;
+    EXPECT_EQ(flipped[2][k], flipped[0][k]) << "even epochs repeat epoch 0, example " << k;
+    EXPECT_EQ(flipped[3][k], flipped[1][k]) << k;
+  }
+}
+
 TEST(DataLoader, CutoutZeroesOneSquare) {
   DataLoader::Options o;
   o.batch_size = 32;
   o.augment = true;
   o.augmentation = {0, false, 8};  // no crop, no flip: only cutout
   const Dataset d = indexed(32);
-  DataLoader loader(d, o);
-  loader.start_epoch(0);
-  Batch b;
-  ASSERT_TRUE(loader.next(b));
+  const Batch b = first_batch(d, o);
   const std::vector<float> x = b.images.to_vector<float>();
   const std::vector<int64_t> labels = b.labels.to_vector<int64_t>();
   int full_squares = 0;
