@@ -29,24 +29,37 @@ SmallCNN::SmallCNN(Generator& gen)
 
 Tensor SmallCNN::forward(const Tensor& x) { return (*fc_)((*features_)(x)); }
 
-AirNet::AirNet(Generator& gen)
+AirNet::AirNet(Generator& gen, const AirNetOptions& options)
     : body_(register_module("body", std::make_shared<nn::Sequential>())),
       fc_(register_module("fc", std::make_shared<nn::Linear>(nn::Linear::Options{256, 10, false}, gen))) {
   nn::Sequential& b = *body_;
   b.emplace<nn::Conv2d>(nn::Conv2d::Options{3, 24, 2, 1, 0, true}, gen).emplace<nn::GELU>();
+  const nn::BatchNorm2d::Options bn{0, options.batch_norm_eps, options.batch_norm_momentum};
+  auto conv3 = [&](int64_t in, int64_t out) {
+    auto conv = std::make_shared<nn::Conv2d>(nn::Conv2d::Options{in, out, 3, 1, 1, false}, gen);
+    if (options.dirac_init) nn::init::dirac_(conv->weight.slice(0, in));
+    return conv;
+  };
+  auto batch_norm = [&](int64_t width) {
+    nn::BatchNorm2d::Options o = bn;
+    o.num_features = width;
+    return std::make_shared<nn::BatchNorm2d>(o);
+  };
   int64_t in = 24;
   for (int64_t width : {64, 256, 256}) {
-    b.emplace<nn::Conv2d>(nn::Conv2d::Options{in, width, 3, 1, 1, false}, gen)
+    b.add(conv3(in, width))
         .emplace<nn::MaxPool2d>(2)
-        .emplace<nn::BatchNorm2d>(nn::BatchNorm2d::Options{width})
+        .add(batch_norm(width))
         .emplace<nn::GELU>()
-        .emplace<nn::Conv2d>(nn::Conv2d::Options{width, width, 3, 1, 1, false}, gen)
-        .emplace<nn::BatchNorm2d>(nn::BatchNorm2d::Options{width})
+        .add(conv3(width, width))
+        .add(batch_norm(width))
         .emplace<nn::GELU>();
     in = width;
   }
   b.emplace<nn::GlobalMaxPool2d>().emplace<nn::Flatten>();
 }
+
+nn::Conv2d& AirNet::stem() { return static_cast<nn::Conv2d&>((*body_)[0]); }
 
 Tensor AirNet::forward(const Tensor& x) { return (*fc_)((*body_)(x)) * (1.0 / 9.0); }
 
