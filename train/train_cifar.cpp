@@ -10,6 +10,7 @@
 #include "backends/kernels.h"
 #include "framework/core/error.h"
 #include "framework/dist/process_group.h"
+#include "train/recipe.h"
 #include "train/trainer.h"
 
 namespace {
@@ -38,12 +39,27 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", c.epochs, "epochs to train")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "images per step, in all: under mpirun -np N each process takes 1/N")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--lr", c.lr, "peak learning rate")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--optimizer", c.optimizer, "sgd (Nesterov momentum 0.9, weight decay 5e-4) or adamw")
+  app.add_option("--optimizer", c.optimizer, "sgd (Nesterov momentum) or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}))->capture_default_str();
-  app.add_option("--schedule", c.schedule, "learning-rate schedule: onecycle, cosine (with warm-up), step or none")
-      ->check(CLI::IsMember({"onecycle", "cosine", "step", "none"}))->capture_default_str();
+  app.add_option("--momentum", c.momentum, "SGD's Nesterov momentum (0: plain SGD)")->check(CLI::Range(0.0, 0.999))
+      ->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "weight decay (L2 for sgd, decoupled for adamw)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--schedule", c.schedule, "learning-rate schedule: onecycle, cosine (with warm-up), linear (0.2x to 1x "
+                 "over 23% of the steps, then down to 0.07x: airbench's), step or none")
+      ->check(CLI::IsMember({"onecycle", "cosine", "linear", "step", "none"}))->capture_default_str();
   app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing in [0, 1]")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--recipe", c.recipe, "standard, or airbench: AirNet with airbench94's recipe (whitening stem from patch "
+                 "statistics, identity-initialised convs, frozen BatchNorm weights, 2-pixel translations with alternating "
+                 "flips) and its defaults for the flags not given: --epochs 10 --batch-size 1024 --lr 1.5 (scaled with "
+                 "--batch-size) "
+                 "--momentum 0.85 --weight-decay 0.00133 --schedule linear --label-smoothing 0.2 --lookahead --tta 2")
+      ->check(CLI::IsMember({"standard", "airbench"}))->capture_default_str();
+  app.add_option("--tta", c.tta, "test-time augmentation of the final evaluation: 0 none, 1 mirror, 2 mirror and "
+                 "one-pixel translations (6 passes)")->check(CLI::Range(0, 2))->capture_default_str();
+  app.add_flag("--lookahead", c.lookahead, "every 5 steps pull the weights to their running average (airbench's "
+               "lookahead; the last epoch ends on the average)");
   app.add_flag("--half-params", c.half_params, "model weights in fp16/bf16 with fp32 masters in the optimizer "
                "(BatchNorm stays fp32)");
   app.add_option("--master-weights", c.master_weights, "with --half-params: fp32 (the optimizer steps an fp32 copy) or "
@@ -84,6 +100,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   c.device = device == "cuda" ? demi::Device::cuda(0) : demi::Device::cpu();
+  try {
+    demi::train::apply_recipe_defaults(c, [&](const std::string& flag) { return app.count(flag) > 0; });
+  } catch (const demi::Error& e) {
+    std::cerr << "train_cifar: " << e.what() << "\n";
+    return 2;
+  }
   std::signal(SIGINT, on_sigint);
   std::signal(SIGTERM, on_sigint);  // what mpirun and batch schedulers send
   try {

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -17,11 +18,13 @@
 #include <sstream>
 
 #include "datasets/cifar10.h"
+#include "datasets/transforms.h"
 #include "framework/dist/distributed_data_parallel.h"
 #include "framework/dist/sync_batch_norm.h"
 #include "framework/demi/demi.h"
 #include "models/small_cnn.h"
 #include "train/checkpoint.h"
+#include "train/recipe.h"
 #include "train/report.h"
 #include "train/safetensors.h"
 
@@ -68,10 +71,23 @@ Underflow classify(const Tensor& grad, DType format) {
   return {u.zero / n, u.subnormal / n, u.non_finite / n};
 }
 
-// Accuracy of `model` on `loader` (one pass, no augmentation), under the run's autocast. Data
-// parallel: each rank scores its shard with rank 0's buffers and the counts are summed over `group`.
+// Logits of a test batch, averaged over test-time augmentations as airbench does: level 1 adds
+// the mirror image; level 2 also the images moved one pixel down-right and up-left (reflected
+// borders), each with its mirror: 0.5 * mirrored pair + 0.25 * each translated pair.
+Tensor tta_logits(nn::Module& model, const Tensor& images, const Device& device, int tta) {
+  auto logits = [&](const Tensor& x) { return model(x.to(device)).to(DType::F32); };
+  auto with_mirror = [&](const Tensor& x) { return (logits(x) + logits(data::mirror(x))) * 0.5; };
+  if (tta <= 0) return logits(images);
+  if (tta == 1) return with_mirror(images);
+  return with_mirror(images) * 0.5 +
+         (with_mirror(data::translate(images, 1, 1)) + with_mirror(data::translate(images, -1, -1))) * 0.25;
+}
+
+// Accuracy of `model` on `loader` (one pass, test-time augmentation `tta`), under the run's
+// autocast. Data parallel: each rank scores its shard with rank 0's buffers and the counts are
+// summed over `group`.
 double evaluate(nn::Module& model, data::DataLoader& loader, const Device& device, DType dtype,
-                dist::ProcessGroup* group) {
+                dist::ProcessGroup* group, int tta = 0) {
   NoGradGuard no_grad;
   // Every rank evaluates rank 0's running statistics: the model the checkpoint holds.
   if (group) dist::broadcast_buffers(*group, model);
@@ -82,7 +98,7 @@ double evaluate(nn::Module& model, data::DataLoader& loader, const Device& devic
   data::Batch batch;
   int64_t correct = 0, total = 0;
   while (loader.next(batch)) {
-    const Tensor logits = model(batch.images.to(device)).to(DType::F32);
+    const Tensor logits = tta_logits(model, batch.images, device, tta);
     const std::vector<float> l = logits.to_vector<float>();
     const std::vector<int64_t> y = batch.labels.to_vector<int64_t>();
     const int64_t k = logits.size(1);
@@ -100,6 +116,23 @@ double evaluate(nn::Module& model, data::DataLoader& loader, const Device& devic
     total = counts.to_vector<int64_t>()[1];
   }
   return total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+}
+
+// An optimizer over the recipe's parameter groups; options(group) gives each group's options.
+template <typename Optimizer, typename OptionsOf>
+std::unique_ptr<optim::Optimizer> make_grouped(const std::vector<ParamGroup>& groups, OptionsOf options) {
+  std::unique_ptr<Optimizer> opt;
+  for (const ParamGroup& g : groups) {
+    if (!opt) opt = std::make_unique<Optimizer>(g.params, options(g));
+    else opt->add_param_group(g.params, options(g));
+  }
+  return opt;
+}
+
+std::string percent(double fraction) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(2) << 100.0 * fraction << "%";
+  return out.str();
 }
 
 std::string format_duration(double s) {
@@ -167,6 +200,7 @@ double run_training(const TrainerConfig& c) {
   train_options.batch_size = c.batch_size;
   train_options.shuffle = true;
   train_options.augment = true;
+  train_options.augmentation = train_augmentation(c);
   train_options.drop_last = true;
   train_options.seed = c.seed;
   train_options.num_shards = world;
@@ -179,12 +213,12 @@ double run_training(const TrainerConfig& c) {
   test_options.shard = rank;
   data::DataLoader test_loader(test_set, test_options);
   out << "data: " << train_loader.size() << " train / " << test_loader.size() << " test images from "
-            << c.data_dir << " (" << std::fixed << std::setprecision(1) << seconds_since(load_start) << " s)\n";
+            << c.data_dir << " (" << std::fixed << std::setprecision(1) << seconds_since(load_start) << " s)" << std::endl;
 
   // Model, optimizer, scaler, schedule
   Generator gen(c.seed);
   manual_seed(c.seed);
-  std::shared_ptr<nn::Module> model = models::make_model(c.model, gen);
+  std::shared_ptr<nn::Module> model = make_recipe_model(c, gen, train_set);
   model->to(device);
   if (c.half_params) {
     DEMI_CHECK(dtype != DType::F32, "--half-params needs --precision fp16 or bf16");
@@ -195,22 +229,33 @@ double run_training(const TrainerConfig& c) {
   const optim::MasterWeights masters =
       c.master_weights == "fp32" ? optim::MasterWeights::Fp32 : optim::MasterWeights::None;
   std::unique_ptr<optim::Optimizer> opt;
+  const std::vector<ParamGroup> groups = parameter_groups(c, *model);
   if (c.optimizer == "sgd") {
-    optim::SGD::Options o;
-    o.lr = c.lr;
-    o.momentum = 0.9;
-    o.nesterov = true;
-    o.weight_decay = 5e-4;
-    o.master_weights = masters;
-    opt = std::make_unique<optim::SGD>(model->parameters(), o);
+    opt = make_grouped<optim::SGD>(groups, [&](const ParamGroup& g) {
+      optim::SGD::Options o;
+      o.lr = c.lr * g.lr_scale;
+      o.momentum = c.momentum;
+      o.nesterov = c.momentum > 0.0;
+      o.weight_decay = c.weight_decay * g.weight_decay_scale;
+      o.master_weights = masters;
+      return o;
+    });
   } else {
     DEMI_CHECK(c.optimizer == "adamw", "--optimizer: '", c.optimizer, "' is not one of sgd, adamw");
-    optim::AdamW::Options o;
-    o.lr = c.lr;
-    o.weight_decay = 5e-4;
-    o.master_weights = masters;
-    opt = std::make_unique<optim::AdamW>(model->parameters(), o);
+    opt = make_grouped<optim::AdamW>(groups, [&](const ParamGroup& g) {
+      optim::AdamW::Options o;
+      o.lr = c.lr * g.lr_scale;
+      o.weight_decay = c.weight_decay * g.weight_decay_scale;
+      o.master_weights = masters;
+      return o;
+    });
   }
+  // airbench's lookahead: every 5 steps the weights move to an average that trails them by a decay
+  // of 0.95^5 (step / total)^3: nothing early on, a strong pull at the end.
+  std::optional<optim::Lookahead> lookahead;
+  if (c.lookahead) lookahead.emplace(*model, opt.get());
+  constexpr int64_t kLookaheadEvery = 5;
+  constexpr char kLookaheadPrefix[] = "lookahead.";
   amp::GradScaler::Options so;
   so.process_group = group;  // every rank skips together
   std::optional<double> static_scale;
@@ -235,10 +280,14 @@ double run_training(const TrainerConfig& c) {
   } else if (c.schedule == "cosine") {
     schedule = std::make_unique<optim::CosineWithWarmup>(*opt, std::min<int64_t>(steps_per_epoch, total_steps / 10),
                                                          total_steps);
+  } else if (c.schedule == "linear") {
+    const double total = static_cast<double>(total_steps);  // airbench's np.interp points
+    schedule = std::make_unique<optim::PiecewiseLinear>(
+        *opt, std::vector<optim::PiecewiseLinear::Point>{{0.0, 0.2}, {std::floor(0.23 * total), 1.0}, {total, 0.07}});
   } else if (c.schedule == "step") {
     schedule = std::make_unique<optim::StepLR>(*opt, std::max<int64_t>(1, total_steps / 3), 0.1);
   } else {
-    DEMI_CHECK(c.schedule == "none", "--schedule: '", c.schedule, "' is not one of onecycle, cosine, step, none");
+    DEMI_CHECK(c.schedule == "none", "--schedule: '", c.schedule, "' is not one of onecycle, cosine, linear, step, none");
   }
 
   // Resume
@@ -250,12 +299,21 @@ double run_training(const TrainerConfig& c) {
   if (!resume.empty()) {
     const Checkpoint checkpoint = load_checkpoint(resume);  // verified; falls back to the previous one
     const json& state = checkpoint.state;
-    DEMI_CHECK(state.at("model") == c.model && state.at("precision") == c.precision,
+    const std::string recipe = state.value("recipe", std::string("standard"));
+    DEMI_CHECK(state.at("model") == c.model && state.at("precision") == c.precision && recipe == c.recipe,
                "--resume: the checkpoint is ", state.at("model").get<std::string>(), "/",
-               state.at("precision").get<std::string>(), " but this run is ", c.model, "/", c.precision,
-               "; pass the same --model and --precision");
+               state.at("precision").get<std::string>(), " (recipe ", recipe, ") but this run is ", c.model, "/",
+               c.precision, " (recipe ", c.recipe, "); pass the same --model, --precision and --recipe");
     model->load_state_dict(checkpoint.model);
-    opt->load_state_dict(checkpoint.optimizer);
+    std::map<std::string, Tensor> optimizer_state, lookahead_state;
+    for (const auto& [key, value] : checkpoint.optimizer) {
+      if (key.rfind(kLookaheadPrefix, 0) == 0) lookahead_state[key.substr(sizeof(kLookaheadPrefix) - 1)] = value;
+      else optimizer_state[key] = value;
+    }
+    opt->load_state_dict(optimizer_state);
+    DEMI_CHECK(lookahead_state.empty() == !lookahead, "--resume: the checkpoint was written ",
+               lookahead ? "without" : "with", " --lookahead; resume with the same setting");
+    if (lookahead) lookahead->load_state_dict(lookahead_state);
     if (scaler.is_enabled()) scaler.load_state_dict(state.value("scaler", std::map<std::string, double>{}));
     first_epoch = state.at("epochs_done").get<int>();
     step = state.at("step").get<int64_t>();
@@ -270,11 +328,15 @@ double run_training(const TrainerConfig& c) {
   const std::string checkpoint_dir = c.out_dir;
   int64_t batches_done_in_epoch = 0;
   auto checkpoint_now = [&](int epochs_done) {
-    json state = {{"model", c.model}, {"precision", c.precision}, {"epochs_done", epochs_done}, {"step", step},
+    json state = {{"model", c.model}, {"precision", c.precision}, {"recipe", c.recipe}, {"epochs_done", epochs_done}, {"step", step},
                   {"batches_done_in_epoch", batches_done_in_epoch}, {"best_accuracy", best_accuracy},
                   {"seed", c.seed}, {"scaler", scaler.state_dict()},
                   {"lr", opt->lr(0)}};
-    if (main_rank) save_checkpoint(checkpoint_dir, step, {model->state_dict(), opt->state_dict(), state, ""});
+    std::map<std::string, Tensor> optimizer_state = opt->state_dict();
+    if (lookahead) {
+      for (const auto& [key, value] : lookahead->state_dict()) optimizer_state[kLookaheadPrefix + key] = value;
+    }
+    if (main_rank) save_checkpoint(checkpoint_dir, step, {model->state_dict(), optimizer_state, state, ""});
   };
 
   // After resuming, so that rank 0's loaded weights are what every rank starts from.
@@ -284,8 +346,9 @@ double run_training(const TrainerConfig& c) {
   nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
 
   if (c.eval_only) {
-    const double acc = evaluate(*model, test_loader, device, dtype, group.get());
-    out << "test accuracy: " << std::setprecision(2) << 100.0 * acc << "%\n";
+    const double acc = evaluate(*model, test_loader, device, dtype, group.get(), c.tta);
+    out << "test accuracy: " << percent(acc)
+        << (c.tta > 0 ? " (test-time augmentation " + std::to_string(c.tta) + ")" : std::string()) << "\n";
     return acc;
   }
 
@@ -303,6 +366,10 @@ double run_training(const TrainerConfig& c) {
   amp::TrainStep train_step(*opt, scaler, step_options, schedule.get());
   // mpirun gives every rank a pseudo-terminal even when its own output is a pipe: plain lines there.
   const bool tty = !group && ::isatty(STDOUT_FILENO);
+  // Without a terminal: a line every --log-every steps, and at least every 30 s (big batches of a
+  // slow model take minutes for 50 steps).
+  constexpr double kPlainLineSeconds = 30.0;
+  auto last_plain_line = Clock::now();
   const auto named = model->named_parameters();
   json underflow;
   bool probe_now = false;
@@ -325,11 +392,13 @@ double run_training(const TrainerConfig& c) {
   reset_peak_memory_stats(device);
   const auto run_start = Clock::now();
   int64_t images_seen = 0;
-  double accuracy = 0.0;
+  double accuracy = 0.0;        // the final model's, with test-time augmentation when --tta asks for it
+  double plain_accuracy = 0.0;  // without
   int epochs_done = first_epoch;
   out << c.model << " " << c.precision << (c.half_params ? " (half params)" : "") << " on " << device;
   if (group) out << " x " << world << " processes (" << group->backend() << ", " << c.batch_size / world << " images each)";
-  out << ", " << c.epochs << " epochs of " << steps_per_epoch << " steps, batch " << c.batch_size << "\n";
+  out << ", " << c.epochs << " epochs of " << steps_per_epoch << " steps, batch " << c.batch_size
+      << (c.recipe != "standard" ? ", recipe " + c.recipe : std::string()) << std::endl;
   int nonfinite_in_a_row = 0;
   int64_t nonfinite_total = 0;
   double loss_since_record = 0.0;  // for the step records' loss_mean: one step's loss is noisy
@@ -364,6 +433,10 @@ double run_training(const TrainerConfig& c) {
       }
       if (static_scale) scaler.update(*static_scale);
       ++step;
+      if (lookahead && step % kLookaheadEvery == 0) {
+        const double progress = static_cast<double>(step) / static_cast<double>(total_steps);
+        lookahead->update(std::pow(0.95, kLookaheadEvery) * progress * progress * progress);
+      }
       ++batch_index;
       if (r.non_finite_loss) {
         // Poisoned data or divergence: the update was skipped (by the scaler or by TrainStep).
@@ -411,8 +484,9 @@ double run_training(const TrainerConfig& c) {
            << std::setprecision(0) << ips << " img/s scale " << scaler.get_scale() << " ETA " << format_duration(eta);
       if (tty) {
         out << "\r" << line.str() << std::flush;
-      } else if (batch_index % c.log_every == 0) {
+      } else if (batch_index % c.log_every == 0 || seconds_since(last_plain_line) >= kPlainLineSeconds) {
         out << line.str() << std::endl;  // flushed: logs and `| tee` show progress as it happens
+        last_plain_line = Clock::now();
       }
     }
     if (tty) out << "\n";
@@ -421,21 +495,27 @@ double run_training(const TrainerConfig& c) {
                 << "); --resume " << c.out_dir << " continues from there\n";
       break;
     }
-    accuracy = evaluate(*model, test_loader, device, dtype, group.get());
-    best_accuracy = std::max(best_accuracy, accuracy);
+    const bool last_epoch = epoch + 1 == c.epochs;
+    if (last_epoch && lookahead) lookahead->update(1.0);  // airbench's final sync: end on the average
+    plain_accuracy = evaluate(*model, test_loader, device, dtype, group.get());
+    // Test-time augmentation costs 2-6 forward passes: only the final model gets it.
+    accuracy = last_epoch && c.tta > 0 ? evaluate(*model, test_loader, device, dtype, group.get(), c.tta) : plain_accuracy;
+    best_accuracy = std::max({best_accuracy, accuracy, plain_accuracy});
     epochs_done = epoch + 1;
     batches_done_in_epoch = 0;
     const double epoch_time = seconds_since(epoch_start);
     json record = {{"type", "epoch"}, {"epoch", epoch}, {"step", step},
                    {"train_loss", finite_losses > 0 ? loss_sum / static_cast<double>(finite_losses) : 0.0},
-                   {"test_accuracy", accuracy}, {"lr", opt->lr(0)}, {"loss_scale", scaler.get_scale()},
+                   {"test_accuracy", plain_accuracy}, {"lr", opt->lr(0)}, {"loss_scale", scaler.get_scale()},
                    {"skipped_steps", scaler.steps_skipped()},
                    {"images_per_s", static_cast<double>(epoch_images) / epoch_time}, {"epoch_time_s", epoch_time},
                    {"grad_underflow", underflow}};
+    if (last_epoch && c.tta > 0) record["test_accuracy_tta"] = accuracy;
     metrics << record.dump() << "\n";
     metrics.flush();
-    out << "epoch " << epoch + 1 << ": test accuracy " << std::setprecision(2) << 100.0 * accuracy << "% ("
-              << std::setprecision(1) << epoch_time << " s)" << std::endl;
+    out << "epoch " << epoch + 1 << ": test accuracy " << std::setprecision(2) << 100.0 * plain_accuracy << "%";
+    if (last_epoch && c.tta > 0) out << ", " << 100.0 * accuracy << "% with test-time augmentation " << c.tta;
+    out << " (" << std::setprecision(1) << epoch_time << " s)" << std::endl;
     checkpoint_now(epochs_done);
     if (main_rank) write_report(c.out_dir);
   }
@@ -451,7 +531,9 @@ double run_training(const TrainerConfig& c) {
                   {"epochs", epochs_done},
                   {"time_s", total_time},
                   {"images_per_s", total_time > 0 ? static_cast<double>(images_seen) / total_time : 0.0},
+                  {"recipe", c.recipe},
                   {"final_test_accuracy", accuracy},
+                  {"final_test_accuracy_without_tta", plain_accuracy}, {"tta", c.tta},
                   {"best_test_accuracy", best_accuracy},
                   {"steps_skipped", scaler.steps_skipped()}, {"nonfinite_loss_steps", nonfinite_total},
                   {"final_loss_scale", scaler.get_scale()}};
@@ -466,7 +548,10 @@ double run_training(const TrainerConfig& c) {
             << std::setw(24) << "epochs" << epochs_done << "\n"
             << std::setw(24) << "time" << format_duration(total_time) << "\n"
             << std::setw(24) << "images/s" << std::setprecision(0) << summary["images_per_s"].get<double>() << "\n"
-            << std::setw(24) << "final test accuracy" << std::setprecision(2) << 100.0 * accuracy << "%\n"
+            << std::setw(24) << "final test accuracy" << std::setprecision(2) << 100.0 * accuracy << "%"
+            << (c.tta > 0 ? " (test-time augmentation " + std::to_string(c.tta) + "; without: " +
+                                percent(plain_accuracy) + ")"
+                          : std::string()) << "\n"
             << std::setw(24) << "best test accuracy" << 100.0 * best_accuracy << "%\n"
             << std::setw(24) << "steps skipped" << scaler.steps_skipped() + (scaler.is_enabled() ? 0 : nonfinite_total)
             << (nonfinite_total > 0 ? " (" + std::to_string(nonfinite_total) + " with a non-finite loss)" : "") << "\n"

@@ -23,8 +23,13 @@ struct TrainerConfig {
   // epochs) is the one measured in docs/BENCHMARKS.md: SmallCNN 82.3% fp32, 82.7% bf16 on the CPU.
   double lr = 0.1;
   std::string optimizer = "sgd";     // sgd | adamw
-  std::string schedule = "onecycle";  // onecycle | cosine | step | none
+  double momentum = 0.9;             // SGD's (Nesterov) momentum
+  double weight_decay = 5e-4;
+  std::string schedule = "onecycle";  // onecycle | cosine | linear | step | none
   double label_smoothing = 0.1;
+  std::string recipe = "standard";   // standard | airbench (train/recipe.h)
+  int tta = 0;                       // test-time augmentation of the final evaluation: 0 none, 1 mirror, 2 mirror + translate
+  bool lookahead = false;            // airbench's lookahead averaging every 5 steps
   bool half_params = false;          // model weights in the half dtype, fp32 masters in the optimizer
   std::string master_weights = "fp32";  // fp32 | none (with half_params: step the half weights directly)
   std::string loss_scale = "dynamic";  // dynamic | none | <number>

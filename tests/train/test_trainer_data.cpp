@@ -13,6 +13,7 @@
 #include "support/real_data.h"
 #include "support/temp_dir.h"
 #include "support/trainer_run.h"
+#include "train/recipe.h"
 #include "train/safetensors.h"
 #include "train/trainer.h"
 
@@ -71,25 +72,17 @@ TEST(TrainerData, OneEpochWritesMetricsSummaryAndACheckpointThatResumes) {
   EXPECT_EQ(resumed.back().at("step"), 20);
 }
 
-TEST(TrainerData, StoppingMidEpochAndResumingReproducesTheUninterruptedRun) {
-  DEMI_REQUIRE_REAL_DATA();
-  const std::string data = test::real_data_dir();
-  const test::TempDir tmp_a("demi_test_trainer_a_"), tmp_b("demi_test_trainer_b_");
-  const fs::path &a = tmp_a.path, &b = tmp_b.path;
-  train::TrainerConfig c;
-  c.data_dir = data;
-  c.epochs = 1;
-  c.batch_size = 64;
-  c.train_subset = 640;
-  c.test_subset = 100;
+// Trains `c` (one epoch) in one go into `a`, and into `b` stopped after `stop_step` steps (as
+// Ctrl-C does) then resumed: the final weights must be bit for bit the same.
+void expect_stop_and_resume_reproduces(train::TrainerConfig c, const fs::path& a, const fs::path& b, int64_t stop_step) {
   c.out_dir = a.string();
-  train::run_training(c);  // 10 steps in one go
+  train::run_training(c);
   c.out_dir = b.string();
-  c.max_steps = 4;
-  train::run_training(c);  // stops inside the epoch, as Ctrl-C does
+  c.max_steps = stop_step;
+  train::run_training(c);
   std::ifstream state_file(b / "state.json");
   const auto state = nlohmann::json::parse(state_file);
-  EXPECT_EQ(state.at("batches_done_in_epoch"), 4);
+  EXPECT_EQ(state.at("batches_done_in_epoch"), stop_step);
   EXPECT_EQ(state.at("epochs_done"), 0);
   c.max_steps = 0;
   c.resume_dir = b.string();
@@ -98,6 +91,51 @@ TEST(TrainerData, StoppingMidEpochAndResumingReproducesTheUninterruptedRun) {
   const auto wb = train::load_safetensors((b / "model.safetensors").string());
   ASSERT_EQ(wa.size(), wb.size());
   for (const auto& [name, t] : wa) EXPECT_EQ(t.to_vector<float>(), wb.at(name).to_vector<float>()) << name;
+}
+
+TEST(TrainerData, StoppingMidEpochAndResumingReproducesTheUninterruptedRun) {
+  DEMI_REQUIRE_REAL_DATA();
+  const test::TempDir tmp_a("demi_test_trainer_a_"), tmp_b("demi_test_trainer_b_");
+  train::TrainerConfig c;
+  c.data_dir = test::real_data_dir();
+  c.epochs = 1;
+  c.batch_size = 64;
+  c.train_subset = 640;
+  c.test_subset = 100;
+  expect_stop_and_resume_reproduces(c, tmp_a.path, tmp_b.path, 4);  // of 10 steps
+}
+
+TEST(TrainerData, AirbenchRecipeResumesExactlyWithItsLookaheadAverage) {
+  // Stopped at step 7, after the lookahead update of step 5: the resumed run must restore that
+  // average from the checkpoint (re-snapshotting it from the weights would change step 10's).
+  DEMI_REQUIRE_REAL_DATA();
+  const test::TempDir tmp_a("demi_test_airbench_a_"), tmp_b("demi_test_airbench_b_");
+  const fs::path &a = tmp_a.path, &b = tmp_b.path;
+  train::TrainerConfig c;
+  c.data_dir = test::real_data_dir();
+  c.recipe = "airbench";
+  c.epochs = 1;
+  c.batch_size = 32;
+  train::apply_recipe_defaults(c, [](const std::string& flag) { return flag == "--epochs" || flag == "--batch-size"; });
+  EXPECT_EQ(c.model, "AirNet");
+  EXPECT_TRUE(c.lookahead);
+  c.train_subset = 320;
+  c.test_subset = 100;
+  expect_stop_and_resume_reproduces(c, a, b, 7);  // of 10 steps
+
+  // The final evaluation used test-time augmentation and says so beside the plain accuracy.
+  std::ifstream summary_file(a / "summary.json");
+  const auto summary = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(summary.at("recipe"), "airbench");
+  EXPECT_EQ(summary.at("tta"), 2);
+  EXPECT_TRUE(summary.contains("final_test_accuracy_without_tta"));
+  EXPECT_TRUE(test::read_jsonl((a / "metrics.jsonl").string()).back().contains("test_accuracy_tta"));
+
+  // A checkpoint of one recipe does not resume under another.
+  train::TrainerConfig standard = c;
+  standard.recipe = "standard";
+  standard.out_dir = standard.resume_dir = b.string();
+  EXPECT_THAT(test::error_of([&] { train::run_training(standard); }), testing::HasSubstr("--recipe"));
 }
 
 TEST(TrainerData, ADivergingRunStopsWithAClearErrorAndKeepsTheCheckpoint) {

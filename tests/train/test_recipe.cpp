@@ -1,0 +1,120 @@
+// train_cifar's recipes: airbench's flag defaults (only for flags not given), its model (whitened
+// frozen stem, frozen BatchNorm weights) and parameter groups, and its augmentation.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "models/small_cnn.h"
+#include "models/whitening.h"
+#include "support/error_of.h"
+#include "train/recipe.h"
+
+namespace demi {
+namespace {
+
+using testing::HasSubstr;
+
+// n random 32x32 RGB images, labels cycling over 10 classes.
+data::Dataset random_images(int64_t n) {
+  data::Dataset d;
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < n; ++i) labels.push_back(i % 10);
+  d.labels = tensor(labels, {n});
+  Generator gen(11);
+  d.images = (rand({n, 3, 32, 32}, gen) * 255.0).to(DType::U8);
+  return d;
+}
+
+TEST(Recipe, AirbenchFillsOnlyTheFlagsNotGiven) {
+  train::TrainerConfig c;
+  c.recipe = "airbench";
+  c.batch_size = 512;
+  c.label_smoothing = 0.0;
+  const std::set<std::string> given = {"--batch-size", "--label-smoothing"};
+  train::apply_recipe_defaults(c, [&](const std::string& flag) { return given.count(flag) > 0; });
+  EXPECT_EQ(c.model, "AirNet");
+  EXPECT_EQ(c.epochs, 10);
+  EXPECT_EQ(c.batch_size, 512);
+  EXPECT_NEAR(c.lr, 0.75, 1e-12);  // 1.5 per 1024 images, scaled to the batch given
+  EXPECT_EQ(c.momentum, 0.85);
+  EXPECT_NEAR(c.weight_decay, 0.0153 / 11.5, 1e-15);
+  EXPECT_EQ(c.label_smoothing, 0.0);
+  EXPECT_EQ(c.schedule, "linear");
+  EXPECT_EQ(c.tta, 2);
+  EXPECT_TRUE(c.lookahead);
+
+  train::TrainerConfig standard;
+  train::apply_recipe_defaults(standard, [](const std::string&) { return false; });
+  EXPECT_EQ(standard.model, "SmallCNN");
+  EXPECT_EQ(standard.lr, 0.1);
+}
+
+TEST(Recipe, AirbenchNamesTheModelItNeeds) {
+  train::TrainerConfig c;
+  c.recipe = "airbench";
+  c.model = "SmallCNN";
+  EXPECT_THAT(test::error_of([&] { train::apply_recipe_defaults(c, [](const std::string& f) { return f == "--model"; }); }),
+              HasSubstr("--model AirNet"));
+  c.recipe = "fast";
+  EXPECT_THAT(test::error_of([&] { train::apply_recipe_defaults(c, [](const std::string&) { return false; }); }),
+              HasSubstr("standard, airbench"));
+}
+
+TEST(Recipe, AirbenchModelHasAWhitenedFrozenStemAndFrozenBatchNormWeights) {
+  train::TrainerConfig c;
+  c.recipe = "airbench";
+  train::apply_recipe_defaults(c, [](const std::string&) { return false; });
+  const data::Dataset images = random_images(40);
+  Generator gen(0);
+  auto model = train::make_recipe_model(c, gen, images);
+  auto* net = dynamic_cast<models::AirNet*>(model.get());
+  ASSERT_NE(net, nullptr);
+  EXPECT_FALSE(net->stem().weight.requires_grad());
+  EXPECT_TRUE(net->stem().bias.requires_grad());
+  // The stem whitens the normalised training images (all 40 here: fewer than 5,000).
+  data::DataLoader::Options o;
+  o.batch_size = 40;
+  o.shuffle = false;
+  data::DataLoader loader(images, o);
+  loader.start_epoch(0);
+  data::Batch batch;
+  ASSERT_TRUE(loader.next(batch));
+  EXPECT_EQ(net->stem().weight.to_vector<float>(), models::patch_whitening_weights(batch.images, 2).to_vector<float>());
+
+  int frozen_weights = 0;
+  model->apply([&](nn::Module& m) {
+    if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) {
+      frozen_weights += !bn->weight.requires_grad();
+      EXPECT_EQ(bn->options().eps, 1e-12);
+    }
+  });
+  EXPECT_EQ(frozen_weights, 6);
+
+  // Groups: every trainable parameter exactly once; BatchNorm biases at 64x lr and 1/64 decay.
+  const std::vector<train::ParamGroup> groups = train::parameter_groups(c, *model);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[1].params.size(), 6u);
+  EXPECT_EQ(groups[1].lr_scale, 64.0);
+  EXPECT_EQ(groups[1].weight_decay_scale, 1.0 / 64.0);
+  size_t trainable = 0;
+  for (const Tensor& p : model->parameters()) trainable += p.requires_grad();
+  EXPECT_EQ(groups[0].params.size() + groups[1].params.size(), trainable);
+  for (const Tensor& p : groups[0].params) EXPECT_TRUE(p.requires_grad());
+}
+
+TEST(Recipe, AugmentationPerRecipe) {
+  train::TrainerConfig c;
+  const data::AugmentOptions standard = train::train_augmentation(c);
+  EXPECT_EQ(standard.crop_padding, 4);
+  EXPECT_EQ(standard.padding, data::Padding::Zero);
+  EXPECT_FALSE(standard.alternating_flip);
+  c.recipe = "airbench";
+  const data::AugmentOptions airbench = train::train_augmentation(c);
+  EXPECT_EQ(airbench.crop_padding, 2);
+  EXPECT_EQ(airbench.padding, data::Padding::Reflect);
+  EXPECT_TRUE(airbench.alternating_flip);
+}
+
+}  // namespace
+}  // namespace demi

@@ -1,0 +1,41 @@
+// train_cifar's recipes: what --recipe changes beyond plain flags. "standard" is demi's default
+// (PyTorch-initialised model, one parameter group, crop + flip). "airbench" is airbench94's recipe
+// for AirNet (../shared/REFERENCE-amp.md, section 7.1): whitening stem from patch statistics,
+// identity-initialised convolutions, BatchNorm weights frozen at 1 (eps 1e-12, momentum 0.4),
+// BatchNorm biases at 64x the lr, reflect-padded 2-pixel translations with alternating flips, plus
+// the flag values set by apply_recipe_defaults (batch 1024, Nesterov momentum 0.85, linear
+// warm-up/decay, label smoothing 0.2, lookahead, test-time augmentation).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "datasets/data_loader.h"
+#include "framework/demi/demi.h"
+#include "train/trainer.h"
+
+namespace demi::train {
+
+// Sets the recipe's value for every flag the user did not give (`given("--lr")` says whether
+// --lr was on the command line) and checks that the recipe fits the model.
+void apply_recipe_defaults(TrainerConfig& c, const std::function<bool(const std::string&)>& given);
+
+// The model the recipe trains, initialised; parameters the recipe freezes have requires_grad
+// false. airbench's whitening needs the training images (the first 5,000 are used).
+std::shared_ptr<nn::Module> make_recipe_model(const TrainerConfig& c, Generator& gen, const data::Dataset& train_set);
+
+// The optimizer's parameter groups: the trainable parameters, each group with multipliers of
+// --lr and --weight-decay.
+struct ParamGroup {
+  std::vector<Tensor> params;
+  double lr_scale = 1.0;
+  double weight_decay_scale = 1.0;
+};
+std::vector<ParamGroup> parameter_groups(const TrainerConfig& c, nn::Module& model);
+
+// Training-set augmentation.
+data::AugmentOptions train_augmentation(const TrainerConfig& c);
+
+}  // namespace demi::train
