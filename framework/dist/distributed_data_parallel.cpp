@@ -101,20 +101,16 @@ struct DistributedDataParallel::Reducer {
   void launch(size_t bucket_index) {
     profiler::Region region("ddp: pack + all_reduce");
     Bucket& b = buckets[bucket_index];
-    size_t offset = 0;
+    std::vector<Tensor> grads;
     for (size_t i : b.params) {
       const Tensor& p = params[i];
       const Tensor g = p.grad();
-      if (g.defined()) {
-        DEMI_CHECK(g.dtype() == b.flat.dtype(), "DistributedDataParallel: the gradient of a ", p.dtype(),
-                   " parameter is ", g.dtype(), "; gradients must have their parameter's dtype");
-        kernels(b.flat).copy(g.data_ptr(), bytes_of(b.flat) + offset, g.nbytes());
-      } else {  // not used in this forward on this rank: contributes zeros (another rank may have used it)
-        Tensor zero = zeros(p.shape(), b.flat.dtype(), p.device());
-        kernels(b.flat).copy(zero.data_ptr(), bytes_of(b.flat) + offset, zero.nbytes());
-      }
-      offset += p.nbytes();
+      DEMI_CHECK(!g.defined() || g.dtype() == b.flat.dtype(), "DistributedDataParallel: the gradient of a ", p.dtype(),
+                 " parameter is ", g.dtype(), "; gradients must have their parameter's dtype");
+      // Not used in this forward on this rank: contributes zeros (another rank may have used it).
+      grads.push_back(g.defined() ? g : zeros(p.shape(), b.flat.dtype(), p.device()));
     }
+    pack(grads, b.flat);
     // Divide before summing, as PyTorch's default hook: a sum of N fp16 gradients could overflow.
     const double inv_world = 1.0 / static_cast<double>(group->size());
     kernels(b.flat).unary(backend::UnaryKind::Affine, b.flat.ref(), b.flat.ref(), inv_world, 0.0);
@@ -129,18 +125,17 @@ struct DistributedDataParallel::Reducer {
     profiler::Region region("ddp: wait + unpack");
     for (Bucket& b : buckets) {
       b.work->wait();
-      size_t offset = 0;
+      std::vector<Tensor> grads;
       for (size_t i : b.params) {
         const Tensor& p = params[i];
-        Tensor g = p.grad();
-        if (!g.defined()) {
-          g = empty(p.shape(), p.dtype(), p.device());
+        if (!p.grad().defined()) {
+          const Tensor g = empty(p.shape(), p.dtype(), p.device());
           g.set_memory_category(MemoryCategory::Gradients);
           p.set_grad(g);
         }
-        kernels(b.flat).copy(bytes_of(b.flat) + offset, g.data_ptr(), g.nbytes());
-        offset += p.nbytes();
+        grads.push_back(p.grad());
       }
+      unpack(b.flat, grads);
       b.work.reset();
     }
   }
