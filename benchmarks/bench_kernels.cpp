@@ -82,11 +82,12 @@ BENCHMARK_CAPTURE(BM_GemmDemi, f32, DType::F32)->Arg(1024)->UseRealTime()->Measu
 BENCHMARK_CAPTURE(BM_GemmDemi, f16, DType::F16)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GemmDemi, bf16, DType::BF16)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
-// SmallCNN's convolutions (3x3, padding 1, stride 1) at batch 128.
+// SmallCNN's and AirNet's 3x3 convolutions (padding 1, stride 1) at batch 128.
 struct ConvShape {
   int64_t c, o, hw;
 };
 constexpr ConvShape kSmallCnn[] = {{3, 32, 32}, {32, 32, 32}, {32, 64, 16}, {64, 64, 16}, {64, 128, 8}};
+constexpr ConvShape kAirNet[] = {{24, 64, 31}, {64, 64, 15}, {64, 256, 15}, {256, 256, 7}, {256, 256, 7}, {256, 256, 3}};
 constexpr int64_t kBatch = 128;
 
 enum class Pass { Forward, BackwardData, BackwardWeight };
@@ -110,8 +111,8 @@ struct ConvBuffers {
   }
 };
 
-void BM_Conv(benchmark::State& state, DType dtype, Pass pass) {
-  ConvBuffers conv(kSmallCnn[state.range(0)], dtype);
+void BM_ConvLayer(benchmark::State& state, DType dtype, Pass pass, const ConvShape& shape) {
+  ConvBuffers conv(shape, dtype);
   Kernels& k = kernels_for(Device::cpu());
   for (auto _ : state) {
     conv.run(k, pass);
@@ -120,12 +121,13 @@ void BM_Conv(benchmark::State& state, DType dtype, Pass pass) {
   set_gflops(state, conv.flops());
 }
 
-// The whole SmallCNN: every layer, forward and both backward passes, per iteration.
-void BM_ConvSmallCnn(benchmark::State& state, DType dtype) {
+// A whole net's convolutions: every layer, forward and both backward passes, per iteration.
+template <size_t N>
+void BM_ConvNet(benchmark::State& state, DType dtype, const ConvShape (&net)[N]) {
   std::vector<ConvBuffers> layers;
-  layers.reserve(std::size(kSmallCnn));
+  layers.reserve(N);
   double flops = 0;
-  for (const ConvShape& s : kSmallCnn) {
+  for (const ConvShape& s : net) {
     layers.emplace_back(s, dtype);
     flops += 3 * layers.back().flops();
   }
@@ -141,6 +143,18 @@ void BM_ConvSmallCnn(benchmark::State& state, DType dtype) {
   set_gflops(state, flops);
 }
 
+void BM_Conv(benchmark::State& state, DType dtype, Pass pass) {  // SmallCNN's layer range(0)
+  BM_ConvLayer(state, dtype, pass, kSmallCnn[state.range(0)]);
+}
+void BM_ConvAir(benchmark::State& state, DType dtype, Pass pass) {  // AirNet's layer range(0)
+  BM_ConvLayer(state, dtype, pass, kAirNet[state.range(0)]);
+}
+void BM_ConvSmallCnn(benchmark::State& state, DType dtype) { BM_ConvNet(state, dtype, kSmallCnn); }
+void BM_ConvAirNet(benchmark::State& state, DType dtype) { BM_ConvNet(state, dtype, kAirNet); }
+
+void air_conv_args(benchmark::internal::Benchmark* b) {
+  b->ArgName("layer")->DenseRange(0, std::size(kAirNet) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+}
 void conv_args(benchmark::internal::Benchmark* b) {
   b->ArgName("layer")->DenseRange(0, std::size(kSmallCnn) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 }
@@ -154,9 +168,14 @@ BENCHMARK_CAPTURE(BM_Conv, f16_backward_weight, DType::F16, Pass::BackwardWeight
 BENCHMARK_CAPTURE(BM_Conv, bf16_forward, DType::BF16, Pass::Forward)->Apply(conv_args);
 BENCHMARK_CAPTURE(BM_Conv, bf16_backward_data, DType::BF16, Pass::BackwardData)->Apply(conv_args);
 BENCHMARK_CAPTURE(BM_Conv, bf16_backward_weight, DType::BF16, Pass::BackwardWeight)->Apply(conv_args);
+BENCHMARK_CAPTURE(BM_ConvAir, f32_forward, DType::F32, Pass::Forward)->Apply(air_conv_args);
+BENCHMARK_CAPTURE(BM_ConvAir, f32_backward_data, DType::F32, Pass::BackwardData)->Apply(air_conv_args);
+BENCHMARK_CAPTURE(BM_ConvAir, f32_backward_weight, DType::F32, Pass::BackwardWeight)->Apply(air_conv_args);
 BENCHMARK_CAPTURE(BM_ConvSmallCnn, f32, DType::F32)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ConvSmallCnn, f16, DType::F16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ConvSmallCnn, bf16, DType::BF16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ConvAirNet, f32, DType::F32)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ConvAirNet, bf16, DType::BF16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
 // SmallCNN's 2x2 max-pools at batch 128 (inputs [128, C, HW, HW]), forward: GB/s of input read.
 constexpr ConvShape kSmallCnnPools[] = {{32, 32, 32}, {64, 64, 16}, {128, 128, 8}};

@@ -1,12 +1,17 @@
 // CpuKernels::conv2d_*: NCHW convolution as im2col + Eigen GEMM, one image per thread, in chunks of
 // output rows. Half inputs are widened to fp32 inside im2col (so they cost about what fp32 does)
 // and rounded once on output. backward_data is GEMM + col2im; backward_weight sums per-thread.
+// On AVX-512 the GEMMs are packed_gemm.h's, and 3x3 / stride 1 / padding 1 forward and
+// backward-data run as Winograd F(2x2, 3x3) (winograd.h).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/packed_gemm.h"
+#include "backends/cpu/winograd.h"
 
 namespace demi::backend::cpu {
 namespace {
@@ -277,9 +282,95 @@ void for_each_group(const ConvGeom& g, const Walk& wk, int threads, Body&& body)
   });
 }
 
+// Whether a convolution runs as Winograd F(2x2, 3x3): 3x3, stride 1, padding 1 (SmallCNN's and
+// AirNet's), enough channels for the 16 GEMMs to dominate the transforms, and planes large enough
+// that whole 2x2 tiles do not waste the saving (a 3x3 plane computes 16 outputs for 9: 0.79x the
+// direct multiplies; 7x7 is 0.58x, 32x32 0.44x). DEMI_WINOGRAD=0 turns it off, for benchmarks.
+bool use_winograd(const ConvGeom& g) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("DEMI_WINOGRAD");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  if (!enabled || g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.ph != 1 || g.pw != 1) return false;
+  if (g.c < 16 || g.o < 16) return false;
+  const int64_t tiles = ceil_div(g.oh, 2) * ceil_div(g.ow, 2);
+  return 16 * tiles <= 6 * g.plane();  // <= 0.67x the direct convolution's multiplies
+}
+
+// A 3x3 / stride 1 / padding 1 convolution of n images (ins channels, h x w) into outs channels by
+// Winograd F(2x2, 3x3), with the transformed weights u_packed (kPoints panels of
+// packed_size(outs, ins)). Images go in groups of at least 384 tiles, each group's 16 GEMMs over
+// all its tiles at once (backward-data is the same convolution with the adjoint weights).
+template <typename T>
+void winograd_conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w, const float* u_packed,
+                   int64_t outs, const float* bias, T* output) {
+  using winograd::kPoints;
+  const int64_t th = ceil_div(h, 2), tw = ceil_div(w, 2), tiles = th * tw, plane = h * w;
+  // At least 384 tiles per group, and a whole number of groups per thread (AirNet's 7x7 layers ran
+  // groups of 24, 24, 24 | 24, 24, 8 on two threads).
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t min_group = std::clamp<int64_t>(ceil_div(384, tiles), 1, std::max<int64_t>(n, 1));
+  const int64_t per_group = std::max<int64_t>(1, ceil_div(n, ceil_div(ceil_div(n, min_group), threads) * threads));
+  const int64_t panel = packed_gemm::packed_size(outs, ins);
+  ConvGeom groups{};  // only n matters to for_each_group's walk
+  groups.n = n;
+  const int64_t n_split = tw + 1, split_rows = 2 * th + 2;
+  for_each_group(groups, Walk{per_group, 0}, 0, [&](int64_t i0, int64_t ni) {
+    const int64_t cols = ni * tiles;  // the GEMMs' columns
+    float* v = thread_scratch<float>(kSlotCol, kPoints * ins * cols);
+    float* m = thread_scratch<float>(kSlotImage, kPoints * outs * cols);
+    float* split = thread_scratch<float>(kSlotGradY, 2 * split_rows * n_split);
+    float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotPackedCol, plane);
+    for (int64_t k = 0; k < ni; ++k) {
+      for (int64_t c = 0; c < ins; ++c) {
+        const T* x = input + ((i0 + k) * ins + c) * plane;
+        const float* xf = reinterpret_cast<const float*>(x);
+        if constexpr (!std::is_same_v<T, float>) {
+          convert_n(x, wide, plane);
+          xf = wide;
+        }
+        float* e = split;
+        float* o = split + split_rows * n_split;
+        winograd::split_columns(xf, h, w, n_split, split_rows, e, o);
+        winograd::transform_input(e, o, n_split, th, tw, v + c * cols + k * tiles, ins * cols);
+      }
+    }
+    for (int64_t xi = 0; xi < kPoints; ++xi) {
+      packed_gemm::gemm(u_packed + xi * panel, outs, ins, v + xi * ins * cols, cols, cols, m + xi * outs * cols, cols,
+                        nullptr);
+    }
+    for (int64_t k = 0; k < ni; ++k) {
+      for (int64_t o = 0; o < outs; ++o) {
+        T* y = output + ((i0 + k) * outs + o) * plane;
+        float* yf = std::is_same_v<T, float> ? reinterpret_cast<float*>(y) : wide;
+        winograd::transform_output(m + o * cols + k * tiles, outs * cols, h, w, th, tw, bias ? bias[o] : 0.0f, yf);
+        if constexpr (!std::is_same_v<T, float>) convert_n(wide, y, plane);
+      }
+    }
+  });
+}
+
+// The transformed, packed weights of the convolution (adjoint: of its backward-data), in the
+// calling thread's kSlotPacked; kSlotPartial holds the unpacked transform meanwhile.
+const float* winograd_weights(const float* w, int64_t outs, int64_t ins, bool adjoint) {
+  using winograd::kPoints;
+  float* u = thread_scratch<float>(kSlotPartial, kPoints * outs * ins);
+  winograd::transform_weights(w, outs, ins, adjoint, u);
+  const int64_t panel = packed_gemm::packed_size(outs, ins);
+  float* packed = thread_scratch<float>(kSlotPacked, kPoints * panel);
+  for (int64_t xi = 0; xi < kPoints; ++xi) {
+    packed_gemm::pack_a(u + xi * outs * ins, ins, 1, outs, ins, packed + xi * panel);
+  }
+  return packed;
+}
+
 template <typename T>
 void forward_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w, const float* bias) {
   const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w;
+  if (use_winograd(g)) {
+    return winograd_conv(a.input.as<T>(), g.n, g.c, g.h, g.w, winograd_weights(w, g.o, g.c, false), g.o, bias,
+                         a.output.as<T>());
+  }
   const Walk wk = packed_walk(g);
   float* packed = thread_scratch<float>(kSlotPacked, packed_gemm::packed_size(g.o, ckk));
   packed_gemm::pack_a(w, ckk, 1, g.o, ckk, packed);
@@ -318,6 +409,10 @@ void forward_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w, cons
 template <typename T>
 void backward_data_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w) {
   const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w;
+  if (use_winograd(g)) {  // grad_x = grad_y convolved with the flipped, transposed weights
+    return winograd_conv(a.output.as<T>(), g.n, g.o, g.oh, g.ow, winograd_weights(w, g.c, g.o, true), g.c, nullptr,
+                         a.input.as<T>());
+  }
   const Walk wk = packed_walk(g);
   float* packed = thread_scratch<float>(kSlotPacked, packed_gemm::packed_size(ckk, g.o));
   packed_gemm::pack_a(w, 1, ckk, ckk, g.o, packed);
