@@ -36,6 +36,7 @@ enum Slot {
   kSlotPacked = 7,
   kSlotPackedCol = 8,
   kSlotGradYT = 9,
+  kSlotWinograd = 10,
 };
 
 struct ConvGeom {
@@ -453,6 +454,76 @@ void backward_data_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w
   });
 }
 
+// backward-weight by Winograd F(2x2, 3x3): per group of images, V (the forward's input transform)
+// and Z = A dY A^T of grad_y's tiles; dU^T[xi] (ins x outs) += V[xi] Z[xi]^T, summed over the
+// tiles, per thread; at the end dW = G^T dU G into partial (ckk x o, the packed path's grad_w^T
+// layout; the caller sums the threads' partials and transposes). Bias sums go to bias_partial.
+template <typename T>
+void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* partial, double* bias_partial,
+                              int threads) {
+  using winograd::kPoints;
+  const int64_t ins = g.c, outs = g.o, h = g.h, w = g.w, plane = h * w;
+  const int64_t th = ceil_div(h, 2), tw = ceil_div(w, 2), tiles = th * tw, usize = kPoints * ins * outs;
+  const int64_t per_group = std::clamp<int64_t>(ceil_div(384, tiles), 1, std::max<int64_t>(g.n, 1));
+  const int64_t n_split = tw + 1, split_rows = 2 * th + 2;
+  float* du = thread_scratch<float>(kSlotWinograd, threads * usize);  // dU^T[xi][in][out] per thread
+  std::fill(du, du + threads * usize, 0.0f);
+  const T* input = a.input.as<T>();
+  const T* grad_y = a.output.as<T>();
+  const bool want_bias = a.bias.defined();
+  ConvGeom groups{};
+  groups.n = g.n;
+  for_each_group(groups, Walk{per_group, 0}, threads, [&](int64_t i0, int64_t ni) {
+    const int t = threads > 1 ? omp_get_thread_num() : 0;
+    const int64_t cols = ni * tiles;
+    float* v = thread_scratch<float>(kSlotCol, kPoints * ins * cols);
+    float* z = thread_scratch<float>(kSlotImage, kPoints * outs * cols);
+    float* split = thread_scratch<float>(kSlotGradY, std::max(2 * split_rows * n_split, 4 * th * tw));
+    float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotWeight, plane);
+    auto as_float = [&](const T* p) {
+      if constexpr (std::is_same_v<T, float>) {
+        return p;
+      } else {
+        convert_n(p, wide, plane);
+        return static_cast<const float*>(wide);
+      }
+    };
+    for (int64_t k = 0; k < ni; ++k) {
+      for (int64_t c = 0; c < ins; ++c) {
+        float* e = split;
+        float* o = split + split_rows * n_split;
+        winograd::split_columns(as_float(input + ((i0 + k) * ins + c) * plane), h, w, n_split, split_rows, e, o);
+        winograd::transform_input(e, o, n_split, th, tw, v + c * cols + k * tiles, ins * cols);
+      }
+      for (int64_t o = 0; o < outs; ++o) {
+        const float* gy = as_float(grad_y + ((i0 + k) * outs + o) * plane);
+        if (want_bias) {
+          double sum = 0.0;
+          for (int64_t i = 0; i < plane; ++i) sum += static_cast<double>(gy[i]);
+          bias_partial[t * outs + o] += sum;
+        }
+        winograd::transform_grad_output(gy, h, w, th, tw, z + o * cols + k * tiles, outs * cols, split);
+      }
+    }
+    float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(ins, cols));
+    float* zt = thread_scratch<float>(kSlotGradYT, cols * outs);
+    for (int64_t xi = 0; xi < kPoints; ++xi) {
+      packed_gemm::pack_a(v + xi * ins * cols, cols, 1, ins, cols, packed);
+      packed_gemm::transpose(z + xi * outs * cols, cols, outs, cols, zt, outs);
+      packed_gemm::gemm(packed, ins, cols, zt, outs, outs, du + t * usize + xi * ins * outs, outs, nullptr, true);
+    }
+  });
+  for (int t = 1; t < threads; ++t) {
+    for (int64_t i = 0; i < usize; ++i) du[i] += du[t * usize + i];
+  }
+  // partial[(c * 9 + r * 3 + s) * outs + o] = (G^T dU[o][c] G)[r][s]
+  for (int64_t c = 0; c < ins; ++c) {
+    for (int64_t o = 0; o < outs; ++o) {
+      winograd::weight_gradient(du + c * outs + o, ins * outs, partial + c * 9 * outs + o, outs);
+    }
+  }
+}
+
 // grad_w^T (ckk x o) += col (ckk x depth, packed) * grad_y^T (depth x o) into the calling thread's
 // partial; the depth is a chunk of rows of one image or a group of small images. grad_y^T is small
 // (depth x o) next to col.
@@ -593,7 +664,11 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   bool transposed = false;  // the packed path sums grad_w^T
 #if DEMI_PACKED_GEMM
   if constexpr (std::is_same_v<Acc, float>) {
-    backward_weight_packed<T>(a, g, partial, bias_partial, threads);
+    if (use_winograd(g)) {
+      backward_weight_winograd<T>(a, g, partial, bias_partial, threads);
+    } else {
+      backward_weight_packed<T>(a, g, partial, bias_partial, threads);
+    }
     transposed = true;
   }
 #endif

@@ -144,6 +144,69 @@ inline void transform_output(const float* m, int64_t ld, int64_t oh, int64_t ow,
     }
   }
 }
+
+// The weight gradient of the same convolution: dL/dU = sum over tiles of (A dY A^T) . V, and
+// dL/dg = G^T (dL/dU) G. For the tiles of one oh x ow output-gradient plane, point xi of A dY A^T
+// goes to z[xi * ld + ty * tw + tx] (outputs beyond the plane count as 0). `split` is scratch of
+// 4 * th * tw floats: the plane's even and odd columns, rows 0 .. 2 th (zero beyond the plane).
+//   A dY A^T with A^T = | 1 1  1  0 |: rows y0, y0 + y1, y0 - y1, -y1 of the 2x2 block, then the
+//                       | 0 1 -1 -1 |  same combinations of its two columns.
+inline void transform_grad_output(const float* gy, int64_t oh, int64_t ow, int64_t th, int64_t tw, float* z,
+                                  int64_t ld, float* split) {
+  float* e = split;                // e[y][tx] = gy[y][2 tx]
+  float* o = split + 2 * th * tw;  // o[y][tx] = gy[y][2 tx + 1]
+  std::fill(split, split + 4 * th * tw, 0.0f);
+  const __m512i even_lanes = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd_lanes = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  for (int64_t y = 0; y < oh; ++y) {
+    for (int64_t base = 0; base < ow; base += 32) {
+      const __m512 lo = _mm512_maskz_loadu_ps(lane_mask(ow - base), gy + y * ow + base);
+      const __m512 hi = _mm512_maskz_loadu_ps(lane_mask(ow - base - 16), gy + y * ow + base + 16);
+      const int64_t k = base / 2;
+      _mm512_mask_storeu_ps(e + y * tw + k, lane_mask((ow + 1) / 2 - k), _mm512_permutex2var_ps(lo, even_lanes, hi));
+      _mm512_mask_storeu_ps(o + y * tw + k, lane_mask(ow / 2 - k), _mm512_permutex2var_ps(lo, odd_lanes, hi));
+    }
+  }
+  for (int64_t ty = 0; ty < th; ++ty) {
+    for (int64_t tx = 0; tx < tw; tx += 16) {
+      const __mmask16 m = lane_mask(tw - tx);
+      const __m512 e0 = _mm512_maskz_loadu_ps(m, e + 2 * ty * tw + tx), o0 = _mm512_maskz_loadu_ps(m, o + 2 * ty * tw + tx);
+      const __m512 e1 = _mm512_maskz_loadu_ps(m, e + (2 * ty + 1) * tw + tx);
+      const __m512 o1 = _mm512_maskz_loadu_ps(m, o + (2 * ty + 1) * tw + tx);
+      // Rows of A dY, split by column: (even, odd) for y0, y0 + y1, y0 - y1, -y1.
+      const __m512 zero = _mm512_setzero_ps();
+      const __m512 re[4] = {e0, _mm512_add_ps(e0, e1), _mm512_sub_ps(e0, e1), _mm512_sub_ps(zero, e1)};
+      const __m512 ro[4] = {o0, _mm512_add_ps(o0, o1), _mm512_sub_ps(o0, o1), _mm512_sub_ps(zero, o1)};
+      for (int i = 0; i < 4; ++i) {
+        float* zi = z + (4 * i) * ld + ty * tw + tx;
+        _mm512_mask_storeu_ps(zi, m, re[i]);
+        _mm512_mask_storeu_ps(zi + ld, m, _mm512_add_ps(re[i], ro[i]));
+        _mm512_mask_storeu_ps(zi + 2 * ld, m, _mm512_sub_ps(re[i], ro[i]));
+        _mm512_mask_storeu_ps(zi + 3 * ld, m, _mm512_sub_ps(zero, ro[i]));
+      }
+    }
+  }
+}
 #endif
+
+// dL/dg = G^T du G for one filter: du is the 4x4 gradient of its transformed filter (point xi at
+// du[xi * stride]); g is written as 3x3 values at g[(r * 3 + c) * g_stride].
+//   G^T = | 1  1/2  1/2  0 |
+//         | 0  1/2 -1/2  0 |
+//         | 0  1/2  1/2  1 |
+inline void weight_gradient(const float* du, int64_t stride, float* g, int64_t g_stride) {
+  float t[3][4];  // G^T du
+  for (int j = 0; j < 4; ++j) {
+    const float d0 = du[j * stride], d1 = du[(4 + j) * stride], d2 = du[(8 + j) * stride], d3 = du[(12 + j) * stride];
+    t[0][j] = d0 + 0.5f * (d1 + d2);
+    t[1][j] = 0.5f * (d1 - d2);
+    t[2][j] = 0.5f * (d1 + d2) + d3;
+  }
+  for (int r = 0; r < 3; ++r) {  // (G^T du) G
+    g[(r * 3 + 0) * g_stride] = t[r][0] + 0.5f * (t[r][1] + t[r][2]);
+    g[(r * 3 + 1) * g_stride] = 0.5f * (t[r][1] - t[r][2]);
+    g[(r * 3 + 2) * g_stride] = 0.5f * (t[r][1] + t[r][2]) + t[r][3];
+  }
+}
 
 }  // namespace demi::backend::cpu::winograd
