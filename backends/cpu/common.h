@@ -123,7 +123,7 @@ void convert_n(const From* src, To* dst, int64_t n) {
 // that thread asks for the same slot again; a kernel owns its slots only while it runs. OpenMP
 // thread 0 is the calling thread: use different slots outside and inside a parallel region.
 inline void* thread_scratch_bytes(int slot, size_t bytes) {
-  constexpr int kSlots = 11;
+  constexpr int kSlots = 12;
   struct Buffers {
     void* ptr[kSlots] = {};
     size_t size[kSlots] = {};

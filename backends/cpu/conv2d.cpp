@@ -1,8 +1,8 @@
 // CpuKernels::conv2d_*: NCHW convolution as im2col + Eigen GEMM, one image per thread, in chunks of
 // output rows. Half inputs are widened to fp32 inside im2col (so they cost about what fp32 does)
 // and rounded once on output. backward_data is GEMM + col2im; backward_weight sums per-thread.
-// On AVX-512 the GEMMs are packed_gemm.h's, and 3x3 / stride 1 / padding 1 forward and
-// backward-data run as Winograd F(2x2, 3x3) (winograd.h).
+// On AVX-512 the GEMMs are packed_gemm.h's, and 3x3 / stride 1 / padding 1 convolutions run all
+// three passes as Winograd F(2x2, 3x3) (winograd.h).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -36,7 +36,8 @@ enum Slot {
   kSlotPacked = 7,
   kSlotPackedCol = 8,
   kSlotGradYT = 9,
-  kSlotWinograd = 10,
+  kSlotWinograd = 10,  // backward-weight's per-thread dU sums, taken before the loop
+  kSlotWide = 11,      // a half plane widened to fp32 for the Winograd transforms, inside the loop
 };
 
 struct ConvGeom {
@@ -298,44 +299,65 @@ bool use_winograd(const ConvGeom& g) {
   return 16 * tiles <= 6 * g.plane();  // <= 0.67x the direct convolution's multiplies
 }
 
+// How the Winograd paths walk a batch: tiles of h x w planes, images in groups of at least 384
+// tiles (the GEMMs' columns) and a whole number of groups per thread (AirNet's 7x7 layers ran
+// groups of 24, 24, 24 | 24, 24, 8 on two threads).
+struct WinogradWalk {
+  int64_t h, w, th, tw, tiles, per_group;
+  WinogradWalk(int64_t n, int64_t h_, int64_t w_, int threads)
+      : h(h_), w(w_), th(ceil_div(h_, 2)), tw(ceil_div(w_, 2)), tiles(th * tw) {
+    const int64_t min_group = std::clamp<int64_t>(ceil_div(384, tiles), 1, std::max<int64_t>(n, 1));
+    per_group = std::max<int64_t>(1, ceil_div(n, ceil_div(ceil_div(n, min_group), threads) * threads));
+  }
+};
+
+// The float view of plane p (plane_size values of T): p itself for fp32, else widened into wide.
+template <typename T>
+const float* as_float(const T* p, int64_t plane_size, float* wide) {
+  if constexpr (std::is_same_v<T, float>) {
+    return p;
+  } else {
+    convert_n(p, wide, plane_size);
+    return wide;
+  }
+}
+
+// V = B^T d B for every tile of images [i0, i0 + ni) of `input` (ins channels): point xi of image
+// k's tile t at v[(xi * ins + c) * cols + k * tiles + t], cols = ni * tiles. Uses the calling
+// thread's kSlotGradY (and kSlotWide for half inputs).
+template <typename T>
+void winograd_input(const T* input, int64_t i0, int64_t ni, int64_t ins, const WinogradWalk& wk, float* v) {
+  const int64_t plane = wk.h * wk.w, cols = ni * wk.tiles, n_split = wk.tw + 1, split_rows = 2 * wk.th + 2;
+  float* e = thread_scratch<float>(kSlotGradY, 2 * split_rows * n_split);
+  float* o = e + split_rows * n_split;
+  float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotWide, plane);
+  for (int64_t k = 0; k < ni; ++k) {
+    for (int64_t c = 0; c < ins; ++c) {
+      winograd::split_columns(as_float(input + ((i0 + k) * ins + c) * plane, plane, wide), wk.h, wk.w, n_split,
+                              split_rows, e, o);
+      winograd::transform_input(e, o, n_split, wk.th, wk.tw, v + c * cols + k * wk.tiles, ins * cols);
+    }
+  }
+}
+
 // A 3x3 / stride 1 / padding 1 convolution of n images (ins channels, h x w) into outs channels by
 // Winograd F(2x2, 3x3), with the transformed weights u_packed (kPoints panels of
-// packed_size(outs, ins)). Images go in groups of at least 384 tiles, each group's 16 GEMMs over
-// all its tiles at once (backward-data is the same convolution with the adjoint weights).
+// packed_size(outs, ins)): per group of images, the input transform, 16 GEMMs over all the group's
+// tiles, the output transform (backward-data is the same convolution with the adjoint weights).
 template <typename T>
 void winograd_conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w, const float* u_packed,
                    int64_t outs, const float* bias, T* output) {
   using winograd::kPoints;
-  const int64_t th = ceil_div(h, 2), tw = ceil_div(w, 2), tiles = th * tw, plane = h * w;
-  // At least 384 tiles per group, and a whole number of groups per thread (AirNet's 7x7 layers ran
-  // groups of 24, 24, 24 | 24, 24, 8 on two threads).
-  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const int64_t min_group = std::clamp<int64_t>(ceil_div(384, tiles), 1, std::max<int64_t>(n, 1));
-  const int64_t per_group = std::max<int64_t>(1, ceil_div(n, ceil_div(ceil_div(n, min_group), threads) * threads));
-  const int64_t panel = packed_gemm::packed_size(outs, ins);
+  const WinogradWalk wk(n, h, w, omp_in_parallel() ? 1 : omp_get_max_threads());
+  const int64_t tiles = wk.tiles, plane = h * w, panel = packed_gemm::packed_size(outs, ins);
   ConvGeom groups{};  // only n matters to for_each_group's walk
   groups.n = n;
-  const int64_t n_split = tw + 1, split_rows = 2 * th + 2;
-  for_each_group(groups, Walk{per_group, 0}, 0, [&](int64_t i0, int64_t ni) {
+  for_each_group(groups, Walk{wk.per_group, 0}, 0, [&](int64_t i0, int64_t ni) {
     const int64_t cols = ni * tiles;  // the GEMMs' columns
     float* v = thread_scratch<float>(kSlotCol, kPoints * ins * cols);
     float* m = thread_scratch<float>(kSlotImage, kPoints * outs * cols);
-    float* split = thread_scratch<float>(kSlotGradY, 2 * split_rows * n_split);
     float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotPackedCol, plane);
-    for (int64_t k = 0; k < ni; ++k) {
-      for (int64_t c = 0; c < ins; ++c) {
-        const T* x = input + ((i0 + k) * ins + c) * plane;
-        const float* xf = reinterpret_cast<const float*>(x);
-        if constexpr (!std::is_same_v<T, float>) {
-          convert_n(x, wide, plane);
-          xf = wide;
-        }
-        float* e = split;
-        float* o = split + split_rows * n_split;
-        winograd::split_columns(xf, h, w, n_split, split_rows, e, o);
-        winograd::transform_input(e, o, n_split, th, tw, v + c * cols + k * tiles, ins * cols);
-      }
-    }
+    winograd_input(input, i0, ni, ins, wk, v);
     for (int64_t xi = 0; xi < kPoints; ++xi) {
       packed_gemm::gemm(u_packed + xi * panel, outs, ins, v + xi * ins * cols, cols, cols, m + xi * outs * cols, cols,
                         nullptr);
@@ -344,7 +366,7 @@ void winograd_conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w,
       for (int64_t o = 0; o < outs; ++o) {
         T* y = output + ((i0 + k) * outs + o) * plane;
         float* yf = std::is_same_v<T, float> ? reinterpret_cast<float*>(y) : wide;
-        winograd::transform_output(m + o * cols + k * tiles, outs * cols, h, w, th, tw, bias ? bias[o] : 0.0f, yf);
+        winograd::transform_output(m + o * cols + k * tiles, outs * cols, h, w, wk.th, wk.tw, bias ? bias[o] : 0.0f, yf);
         if constexpr (!std::is_same_v<T, float>) convert_n(wide, y, plane);
       }
     }
@@ -462,10 +484,9 @@ template <typename T>
 void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* partial, double* bias_partial,
                               int threads) {
   using winograd::kPoints;
-  const int64_t ins = g.c, outs = g.o, h = g.h, w = g.w, plane = h * w;
-  const int64_t th = ceil_div(h, 2), tw = ceil_div(w, 2), tiles = th * tw, usize = kPoints * ins * outs;
-  const int64_t per_group = std::clamp<int64_t>(ceil_div(384, tiles), 1, std::max<int64_t>(g.n, 1));
-  const int64_t n_split = tw + 1, split_rows = 2 * th + 2;
+  const WinogradWalk wk(g.n, g.h, g.w, threads);
+  const int64_t ins = g.c, outs = g.o, plane = g.h * g.w, th = wk.th, tw = wk.tw, tiles = wk.tiles;
+  const int64_t usize = kPoints * ins * outs;
   float* du = thread_scratch<float>(kSlotWinograd, threads * usize);  // dU^T[xi][in][out] per thread
   std::fill(du, du + threads * usize, 0.0f);
   const T* input = a.input.as<T>();
@@ -473,36 +494,23 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
   const bool want_bias = a.bias.defined();
   ConvGeom groups{};
   groups.n = g.n;
-  for_each_group(groups, Walk{per_group, 0}, threads, [&](int64_t i0, int64_t ni) {
+  for_each_group(groups, Walk{wk.per_group, 0}, threads, [&](int64_t i0, int64_t ni) {
     const int t = threads > 1 ? omp_get_thread_num() : 0;
     const int64_t cols = ni * tiles;
     float* v = thread_scratch<float>(kSlotCol, kPoints * ins * cols);
     float* z = thread_scratch<float>(kSlotImage, kPoints * outs * cols);
-    float* split = thread_scratch<float>(kSlotGradY, std::max(2 * split_rows * n_split, 4 * th * tw));
-    float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotWeight, plane);
-    auto as_float = [&](const T* p) {
-      if constexpr (std::is_same_v<T, float>) {
-        return p;
-      } else {
-        convert_n(p, wide, plane);
-        return static_cast<const float*>(wide);
-      }
-    };
+    winograd_input(input, i0, ni, ins, wk, v);
+    float* split = thread_scratch<float>(kSlotGradY, 4 * th * tw);
+    float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotWide, plane);
     for (int64_t k = 0; k < ni; ++k) {
-      for (int64_t c = 0; c < ins; ++c) {
-        float* e = split;
-        float* o = split + split_rows * n_split;
-        winograd::split_columns(as_float(input + ((i0 + k) * ins + c) * plane), h, w, n_split, split_rows, e, o);
-        winograd::transform_input(e, o, n_split, th, tw, v + c * cols + k * tiles, ins * cols);
-      }
       for (int64_t o = 0; o < outs; ++o) {
-        const float* gy = as_float(grad_y + ((i0 + k) * outs + o) * plane);
+        const float* gy = as_float(grad_y + ((i0 + k) * outs + o) * plane, plane, wide);
         if (want_bias) {
           double sum = 0.0;
           for (int64_t i = 0; i < plane; ++i) sum += static_cast<double>(gy[i]);
           bias_partial[t * outs + o] += sum;
         }
-        winograd::transform_grad_output(gy, h, w, th, tw, z + o * cols + k * tiles, outs * cols, split);
+        winograd::transform_grad_output(gy, g.h, g.w, th, tw, z + o * cols + k * tiles, outs * cols, split);
       }
     }
     float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(ins, cols));
