@@ -281,9 +281,12 @@ double run_training(const TrainerConfig& c) {
     schedule = std::make_unique<optim::CosineWithWarmup>(*opt, std::min<int64_t>(steps_per_epoch, total_steps / 10),
                                                          total_steps);
   } else if (c.schedule == "linear") {
-    const double total = static_cast<double>(total_steps);  // airbench's np.interp points
+    // airbench's np.interp points; the peak at least one step in, so that a run of a few steps
+    // (total >= 2) still has increasing points.
+    const double total = static_cast<double>(total_steps);
     schedule = std::make_unique<optim::PiecewiseLinear>(
-        *opt, std::vector<optim::PiecewiseLinear::Point>{{0.0, 0.2}, {std::floor(0.23 * total), 1.0}, {total, 0.07}});
+        *opt, std::vector<optim::PiecewiseLinear::Point>{
+                  {0.0, 0.2}, {std::max(1.0, std::floor(0.23 * total)), 1.0}, {total, 0.07}});
   } else if (c.schedule == "step") {
     schedule = std::make_unique<optim::StepLR>(*opt, std::max<int64_t>(1, total_steps / 3), 0.1);
   } else {

@@ -138,6 +138,23 @@ TEST(TrainerData, AirbenchRecipeResumesExactlyWithItsLookaheadAverage) {
   EXPECT_THAT(test::error_of([&] { train::run_training(standard); }), testing::HasSubstr("--recipe"));
 }
 
+TEST(TrainerData, EverySchedulePlansARunOfTwoSteps) {
+  // The smallest run (2 steps): the linear schedule's warm-up point must not collapse onto its start.
+  DEMI_REQUIRE_REAL_DATA();
+  for (const char* schedule : {"onecycle", "cosine", "linear", "step", "none"}) {
+    const test::TempDir tmp("demi_test_schedule_");
+    train::TrainerConfig c;
+    c.data_dir = test::real_data_dir();
+    c.schedule = schedule;
+    c.epochs = 1;
+    c.batch_size = 32;
+    c.train_subset = 64;
+    c.test_subset = 20;
+    c.out_dir = tmp.path.string();
+    EXPECT_EQ(test::error_of([&] { train::run_training(c); }), "(no error)") << schedule;
+  }
+}
+
 TEST(TrainerData, ADivergingRunStopsWithAClearErrorAndKeepsTheCheckpoint) {
   DEMI_REQUIRE_REAL_DATA();
   const test::TempDir tmp("demi_test_trainer_diverge_");
