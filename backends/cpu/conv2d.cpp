@@ -275,12 +275,13 @@ Walk packed_walk(const ConvGeom& g) {
   return {std::clamp<int64_t>(ceil_div(kMinCols, g.plane()), 1, std::max<int64_t>(g.n, 1)), g.oh};
 }
 
-// Calls body(first image, image count) for every group of the walk, groups spread over threads.
+// Calls body(first image, image count) for every group of the walk over n images, groups spread
+// over threads.
 template <typename Body>
-void for_each_group(const ConvGeom& g, const Walk& wk, int threads, Body&& body) {
-  const int64_t groups = ceil_div(g.n, wk.images);
+void for_each_group(int64_t n, const Walk& wk, int threads, Body&& body) {
+  const int64_t groups = ceil_div(n, wk.images);
   for_each_image(groups, threads > 0 ? threads : image_threads(groups), [&](int64_t gi) {
-    body(gi * wk.images, std::min(wk.images, g.n - gi * wk.images));
+    body(gi * wk.images, std::min(wk.images, n - gi * wk.images));
   });
 }
 
@@ -350,9 +351,7 @@ void winograd_conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w,
   using winograd::kPoints;
   const WinogradWalk wk(n, h, w, omp_in_parallel() ? 1 : omp_get_max_threads());
   const int64_t tiles = wk.tiles, plane = h * w, panel = packed_gemm::packed_size(outs, ins);
-  ConvGeom groups{};  // only n matters to for_each_group's walk
-  groups.n = n;
-  for_each_group(groups, Walk{wk.per_group, 0}, 0, [&](int64_t i0, int64_t ni) {
+  for_each_group(n, Walk{wk.per_group, 0}, 0, [&](int64_t i0, int64_t ni) {
     const int64_t cols = ni * tiles;  // the GEMMs' columns
     float* v = thread_scratch<float>(kSlotCol, kPoints * ins * cols);
     float* m = thread_scratch<float>(kSlotImage, kPoints * outs * cols);
@@ -399,7 +398,7 @@ void forward_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w, cons
   packed_gemm::pack_a(w, ckk, 1, g.o, ckk, packed);
   const T* input = a.input.as<T>();
   T* output = a.output.as<T>();
-  for_each_group(g, wk, 0, [&](int64_t i0, int64_t ni) {
+  for_each_group(g.n, wk, 0, [&](int64_t i0, int64_t ni) {
     if (ni == 1) {
       const T* x = input + i0 * image;
       float* y = result_buffer<T, float>(output + i0 * g.o * plane, g.o * plane, kSlotImage);
@@ -441,7 +440,7 @@ void backward_data_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w
   packed_gemm::pack_a(w, 1, ckk, ckk, g.o, packed);
   const T* grad_y = a.output.as<T>();
   T* grad_x = a.input.as<T>();
-  for_each_group(g, wk, 0, [&](int64_t i0, int64_t ni) {
+  for_each_group(g.n, wk, 0, [&](int64_t i0, int64_t ni) {
     if (ni == 1) {
       const float* gy = widen<T, float>(grad_y + i0 * g.o * plane, g.o * plane, kSlotGradY);
       float* gx = result_buffer<T, float>(grad_x + i0 * image, image, kSlotImage);
@@ -492,9 +491,7 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
   const T* input = a.input.as<T>();
   const T* grad_y = a.output.as<T>();
   const bool want_bias = a.bias.defined();
-  ConvGeom groups{};
-  groups.n = g.n;
-  for_each_group(groups, Walk{wk.per_group, 0}, threads, [&](int64_t i0, int64_t ni) {
+  for_each_group(g.n, Walk{wk.per_group, 0}, threads, [&](int64_t i0, int64_t ni) {
     const int t = threads > 1 ? omp_get_thread_num() : 0;
     const int64_t cols = ni * tiles;
     float* v = thread_scratch<float>(kSlotCol, kPoints * ins * cols);
@@ -543,7 +540,7 @@ void backward_weight_packed(const Conv2dArgs& a, const ConvGeom& g, float* parti
   const T* input = a.input.as<T>();
   const T* grad_y = a.output.as<T>();
   const bool want_bias = a.bias.defined();
-  for_each_group(g, wk, threads, [&](int64_t i0, int64_t ni) {
+  for_each_group(g.n, wk, threads, [&](int64_t i0, int64_t ni) {
     const int t = threads > 1 ? omp_get_thread_num() : 0;
     const int64_t max_cols = std::max(ni * plane, wk.rows * g.ow);
     float* col = thread_scratch<float>(kSlotCol, ckk * max_cols);
