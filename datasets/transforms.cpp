@@ -20,10 +20,9 @@ int64_t reflect(int64_t i, int64_t n) { return i < 0 ? -i : (i >= n ? 2 * (n - 1
 // out[n, c, y, x] = images[n, c, row(y), column(x)].
 template <typename Row, typename Column>
 Tensor remap(const Tensor& images, Row row, Column column) {
-  const Tensor src = images.clone();  // contiguous
   Tensor out = empty(images.shape(), DType::F32);
   const int64_t planes = images.size(0) * images.size(1), h = images.size(2), w = images.size(3);
-  const float* s = src.data<float>();
+  const float* s = images.data<float>();  // tensors are contiguous (views included)
   float* d = out.data<float>();
   for (int64_t p = 0; p < planes; ++p)
     for (int64_t y = 0; y < h; ++y)

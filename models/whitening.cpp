@@ -63,8 +63,7 @@ Tensor patch_whitening_weights(const Tensor& images, int k, double eps) {
   DEMI_CHECK(k >= 1 && k <= images.size(2) && k <= images.size(3), "patch_whitening_weights: kernel_size ", k,
              " does not fit ", images.size(2), "x", images.size(3), " images");
   DEMI_CHECK(eps > 0.0, "patch_whitening_weights: eps must be > 0 (it bounds the gain of flat directions), got ", eps);
-  const Tensor x = images.clone();
-  const float* px = x.data<float>();
+  const float* px = images.data<float>();
   const int64_t n = images.size(0), channels = images.size(1), h = images.size(2), w = images.size(3);
   const int d = static_cast<int>(channels * k * k);
   // E[p p^T] over every patch position of every image; p's index is (c, dy, dx), the weight layout.
