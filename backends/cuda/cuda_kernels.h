@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 
 #include "backends/kernels.h"
@@ -41,26 +42,50 @@ class CudaKernels final : public Kernels {
   void unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) override;
   void binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) override;
 
-  // not_yet.cu: each throws demi::Error until its CUDA kernel lands.
+  // reduce.cu
   void reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) override;
+  // gemm.cu (cuBLASLt)
   void gemm(const GemmArgs& args) override;
+  // conv2d.cu (cuDNN)
   void conv2d_forward(const Conv2dArgs& args) override;
   void conv2d_backward_data(const Conv2dArgs& args) override;
   void conv2d_backward_weight(const Conv2dArgs& args) override;
+  // pool2d.cu
   void pool2d_forward(const Pool2dArgs& args) override;
   void pool2d_backward(const Pool2dArgs& args) override;
+  // batch_norm.cu
   void batch_norm_forward(const BatchNormArgs& args) override;
   void batch_norm_backward(const BatchNormArgs& args) override;
+  // softmax.cu
   void softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) override;
   void softmax_backward(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
                         const TensorRef& grad_x) override;
+  // cross_entropy.cu
   void cross_entropy_forward(const CrossEntropyArgs& args) override;
   void cross_entropy_backward(const CrossEntropyArgs& args) override;
+  // random.cu
   void random(const RandomArgs& args) override;
+  // optim.cu: fused optimizer steps (half param and grad, fp32 master and moments, one pass)
   void sgd_step(const SgdArgs& args) override;
   void adamw_step(const AdamWArgs& args) override;
+  // amp.cu: GradScaler's device-side kernels
   void unscale_check_finite(const UnscaleArgs& args) override;
   void update_scale(const ScaleUpdateArgs& args) override;
+
+  // memory.cu: a device buffer of at least `bytes` for a library call's scratch (cuBLASLt, cuDNN),
+  // shared by every call of this device: calls run one at a time on stream(), so one buffer serves
+  // them all. It only grows (cudaMalloc on growth, after the stream drains), so a training loop
+  // that repeats its shapes allocates nothing after its first step. Valid until the next call.
+  void* workspace(size_t bytes);
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+  // Per-shape plans, built on first use of a shape and reused: cuBLASLt descriptors and the
+  // heuristic's algorithm (gemm.cu), cuDNN descriptors and the chosen algorithms (conv2d.cu).
+  // Each type is defined, created and destroyed in its own .cu file.
+  struct GemmPlans;
+  struct ConvPlans;
+  GemmPlans& gemm_plans();  // gemm.cu
+  ConvPlans& conv_plans();  // conv2d.cu
 
   int index() const { return index_; }
   cudaStream_t stream() const { return stream_; }
@@ -88,8 +113,17 @@ class CudaKernels final : public Kernels {
   int index_;
   int sm_count_ = 1;
   cudaStream_t stream_ = nullptr;          // every kernel and copy of this device runs here
-  cublasLtHandle_t cublaslt_ = nullptr;    // gemm (TODO: its workspace joins when gemm lands)
+  cublasLtHandle_t cublaslt_ = nullptr;    // gemm
   unsigned long long* report_ = nullptr;
+  void* workspace_ = nullptr;  // see workspace()
+  size_t workspace_bytes_ = 0;
+  struct PlansDeleter {  // each operator() is defined beside its type
+    void operator()(GemmPlans* plans) const;
+    void operator()(ConvPlans* plans) const;
+  };
+  std::once_flag gemm_plans_once_, conv_plans_once_;
+  std::unique_ptr<GemmPlans, PlansDeleter> gemm_plans_;
+  std::unique_ptr<ConvPlans, PlansDeleter> conv_plans_;
 #if DEMI_HAVE_CUDNN
   std::once_flag cudnn_once_;
   cudnnHandle_t cudnn_ = nullptr;

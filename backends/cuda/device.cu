@@ -111,6 +111,12 @@ void CudaKernels::release() noexcept {
   int previous = -1;
   const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != index_ &&
                         cudaSetDevice(index_) == cudaSuccess;
+  // Plans hold library descriptors: they go before the handles that made them.
+  gemm_plans_.reset();
+  conv_plans_.reset();
+  if (workspace_) (void)cudaFree(workspace_);
+  workspace_ = nullptr;
+  workspace_bytes_ = 0;
 #if DEMI_HAVE_CUDNN
   if (cudnn_) (void)cudnnDestroy(cudnn_);
   cudnn_ = nullptr;

@@ -64,4 +64,20 @@ void CudaKernels::synchronize() {
   DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void* CudaKernels::workspace(size_t bytes) {
+  if (bytes <= workspace_bytes_) return workspace_;
+  const DeviceGuard guard(index_);
+  // Grow by at least half again, so that a run of slowly growing requests reallocates rarely.
+  const size_t grown = bytes > workspace_bytes_ + workspace_bytes_ / 2 ? bytes : workspace_bytes_ + workspace_bytes_ / 2;
+  if (workspace_) {
+    DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a queued library call may still use it
+    DEMI_CUDA_CHECK(cudaFree(workspace_));
+    workspace_ = nullptr;
+    workspace_bytes_ = 0;
+  }
+  workspace_ = raw_allocate(grown);
+  workspace_bytes_ = grown;
+  return workspace_;
+}
+
 }  // namespace demi::backend::cuda

@@ -1,0 +1,16 @@
+// PLACEHOLDER: the entries of this file throw until their CUDA kernels land.
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_kernels.h"
+
+namespace demi::backend::cuda {
+
+namespace {
+[[noreturn]] void not_yet(const char* entry) {
+  DEMI_THROW(entry, " is not implemented on CUDA yet (issue: CUDA backend); run on Device::cpu()");
+}
+}  // namespace
+
+void CudaKernels::cross_entropy_forward(const CrossEntropyArgs&) { not_yet("cross_entropy_forward"); }
+void CudaKernels::cross_entropy_backward(const CrossEntropyArgs&) { not_yet("cross_entropy_backward"); }
+
+}  // namespace demi::backend::cuda
