@@ -222,6 +222,12 @@ Kernels& kernels_for(const Device& device);
 // Number of CUDA devices usable now (0 without a driver, a device, or a CUDA build).
 int cuda_device_count();
 
+// Whether fp32 GEMMs and convolutions on CUDA may use TF32 tensor cores (10-bit mantissa inputs,
+// fp32 accumulation: ~1e-3 relative error, several times the fp32 rate). Off by default, as
+// PyTorch's torch.backends.cuda.matmul.allow_tf32; the CPU backend ignores it.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
 // Threads the CPU backend uses (default: all cores).
 void set_cpu_threads(int n);
 int cpu_threads();

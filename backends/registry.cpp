@@ -2,6 +2,8 @@
 // demi was built with it, else a demi::Error that says how to get one.
 #include <omp.h>
 
+#include <atomic>
+
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/kernels.h"
 
@@ -32,6 +34,12 @@ int cuda_device_count() {
   return 0;
 #endif
 }
+
+namespace {
+std::atomic<bool> tf32_allowed{false};
+}  // namespace
+void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
 
 void set_cpu_threads(int n) {
   DEMI_CHECK(n >= 1, "set_cpu_threads: need at least 1 thread, got ", n);
