@@ -1,16 +1,289 @@
-// PLACEHOLDER: the entries of this file throw until their CUDA kernels land.
+// Fused softmax cross-entropy with label smoothing on CUDA (mean over the batch), forward and
+// backward, with the CPU backend's arithmetic: element math in fp32 (double for F64), row sums and
+// the loss in double. A warp per row for up to kWarpRow classes, else a block per row; the forward's
+// per-row losses are averaged by a second one-block kernel in a fixed order (no float atomics).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math_constants.h>
+
+#include <cstdint>
+
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_types.cuh"
 
 namespace demi::backend::cuda {
 
 namespace {
-[[noreturn]] void not_yet(const char* entry) {
-  DEMI_THROW(entry, " is not implemented on CUDA yet (issue: CUDA backend); run on Device::cpu()");
+
+constexpr int kThreads = 256;       // a multiple of 32
+constexpr int kMeanThreads = 1024;  // the one block that averages the per-row losses
+constexpr int64_t kWarpRow = 1024;  // rows up to this long take one warp, longer ones a block
+constexpr unsigned long long kNoBadRow = ~0ull;
+
+// fmax ignores a NaN operand, as the CPU's std::max(m, x) does for a NaN x.
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  __device__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+struct Sum {
+  __device__ double operator()(double a, double b) const { return a + b; }
+};
+
+// A product rounded on its own, never contracted with a following add into an FMA: the CPU's
+// arithmetic (ISO C++, -ffp-contract=off).
+__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
+// Every lane gets the combination of the warp's 32 values (a butterfly: the same operands meet in
+// the same order on every lane, so all lanes agree bit for bit).
+template <typename A, typename Op>
+__device__ A warp_reduce(A v, Op op) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
 }
+
+// Every thread gets the combination of the block's values; blockDim.x is a multiple of 32.
+template <typename A, typename Op>
+__device__ A block_reduce(A v, Op op, A identity) {
+  __shared__ A warp_results[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_reduce(v, op);
+  __syncthreads();  // a previous call's readers are done with warp_results
+  if (lane == 0) warp_results[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x / 32) ? warp_results[lane] : identity;
+  return warp_reduce(v, op);
+}
+
+// The threads sharing one row: a warp (several rows per block) or the whole block.
+template <bool kBlockPerRow>
+struct RowLanes {
+  int lane, width;
+  int64_t first_row, row_step;
+  __device__ RowLanes() {
+    const int64_t rows_per_block = kBlockPerRow ? 1 : blockDim.x / 32;
+    lane = kBlockPerRow ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x % 32);
+    width = kBlockPerRow ? static_cast<int>(blockDim.x) : 32;
+    first_row = int64_t(blockIdx.x) * rows_per_block + (kBlockPerRow ? 0 : threadIdx.x / 32);
+    row_step = int64_t(gridDim.x) * rows_per_block;
+  }
+  template <typename A, typename Op>
+  __device__ A reduce(A v, Op op, A identity) const {
+    if constexpr (kBlockPerRow) return block_reduce(v, op, identity);
+    else return warp_reduce(v, op);
+  }
+};
+
+// Whether row n's label t is a class; if not, row n competes for the smallest bad row in *first_bad.
+__device__ inline bool check_target(int64_t n, int64_t t, int64_t K, int lane, unsigned long long* first_bad) {
+  if (t >= 0 && t < K) return true;
+  if (lane == 0) atomicMin(first_bad, static_cast<unsigned long long>(n));
+  return false;
+}
+
+// The row's max (in C) and sum of exp(x - max) (in double), as the CPU's row_stats.
+template <typename T, bool kBlockPerRow>
+__device__ void row_stats(const T* row, int64_t K, const RowLanes<kBlockPerRow>& lanes, acc_t<T>& max,
+                          double& sum_exp) {
+  using C = acc_t<T>;
+  C m = static_cast<C>(-CUDART_INF);
+  for (int64_t j = lanes.lane; j < K; j += lanes.width) m = Max{}(m, widen(row[j]));
+  m = lanes.reduce(m, Max{}, static_cast<C>(-CUDART_INF));
+  double s = 0.0;
+  for (int64_t j = lanes.lane; j < K; j += lanes.width) s += static_cast<double>(dmath::exp(widen(row[j]) - m));
+  max = m;
+  sum_exp = lanes.reduce(s, Sum{}, 0.0);
+}
+
+// logits [N, K] of T, target [N] -> row_loss [N] (double):
+//   (1 - s) * (lse - x[t]) + s * (lse - mean(x)),  lse = log(sum(exp(x))).
+// A row whose target is not in [0, K) gets NaN and reports itself through *first_bad.
+template <typename T, bool kBlockPerRow>
+__global__ void cross_entropy_rows_kernel(const T* logits, const int64_t* target, int64_t N, int64_t K,
+                                          double smoothing, double* row_loss, unsigned long long* first_bad) {
+  const RowLanes<kBlockPerRow> lanes;
+  // The loop condition and the target test are uniform over a row's threads, so all of them reach
+  // each reduction.
+  for (int64_t n = lanes.first_row; n < N; n += lanes.row_step) {
+    const int64_t t = target[n];
+    if (!check_target(n, t, K, lanes.lane, first_bad)) {
+      if (lanes.lane == 0) row_loss[n] = CUDART_NAN;
+      continue;
+    }
+    const T* row = logits + n * K;
+    acc_t<T> m;
+    double sum_exp;
+    row_stats(row, K, lanes, m, sum_exp);
+    double sum_x = 0.0;
+    if (smoothing != 0.0) {
+      for (int64_t j = lanes.lane; j < K; j += lanes.width) sum_x += static_cast<double>(widen(row[j]));
+      sum_x = lanes.reduce(sum_x, Sum{}, 0.0);
+    }
+    if (lanes.lane == 0) {
+      const double lse = static_cast<double>(m) + ::log(sum_exp);
+      // Products rounded on their own (no FMA), as the CPU's ISO C++ arithmetic.
+      double loss = __dmul_rn(1.0 - smoothing, lse - static_cast<double>(widen(row[t])));
+      if (smoothing != 0.0) loss = __dadd_rn(loss, __dmul_rn(smoothing, lse - sum_x / static_cast<double>(K)));
+      row_loss[n] = loss;
+    }
+  }
+}
+
+// row_loss [N] -> *loss = their mean (N = 0: 0 / 0 = NaN, PyTorch's mean of nothing). One block.
+template <typename L>
+__global__ void cross_entropy_mean_kernel(const double* row_loss, int64_t N, L* loss) {
+  double total = 0.0;
+  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) total += row_loss[n];
+  total = block_reduce(total, Sum{}, 0.0);
+  if (threadIdx.x == 0) *loss = static_cast<L>(total / static_cast<double>(N));
+}
+
+// The value of a 0-d floating tensor of dtype `dtype`, read on the device.
+__device__ inline double load_scalar(DType dtype, const void* p) {
+  switch (dtype) {
+    case DType::F32: return *static_cast<const float*>(p);
+    case DType::F64: return *static_cast<const double*>(p);
+    case DType::F16: return widen(*static_cast<const __half*>(p));
+    case DType::BF16: return widen(*static_cast<const __nv_bfloat16*>(p));
+    default: return CUDART_NAN;  // the host accepts floating dtypes only
+  }
+}
+
+// logits [N, K] of T, target [N], grad_loss (0-d) -> grad_logits [N, K] of T (may alias logits):
+//   grad_loss / N * (softmax(x) - ((1 - s) * onehot(t) + s / K)).
+// A row whose target is not in [0, K) is not written and reports itself through *first_bad.
+template <typename T, bool kBlockPerRow>
+__global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* target, const void* grad_loss,
+                                              DType grad_loss_dtype, int64_t N, int64_t K, acc_t<T> on_target,
+                                              acc_t<T> off_target, T* grad_logits, unsigned long long* first_bad) {
+  using C = acc_t<T>;
+  const RowLanes<kBlockPerRow> lanes;
+  const C scale = static_cast<C>(load_scalar(grad_loss_dtype, grad_loss) / static_cast<double>(N));
+  for (int64_t n = lanes.first_row; n < N; n += lanes.row_step) {
+    const int64_t t = target[n];
+    if (!check_target(n, t, K, lanes.lane, first_bad)) continue;
+    const T* row = logits + n * K;
+    T* grad = grad_logits + n * K;
+    C m;
+    double sum_exp;
+    row_stats(row, K, lanes, m, sum_exp);
+    const C inv = static_cast<C>(1.0 / sum_exp);
+    // Each thread rewrites only the elements it read, after the row's reductions: in-place is safe.
+    for (int64_t j = lanes.lane; j < K; j += lanes.width) {
+      const C p = mul_rn(dmath::exp(widen(row[j]) - m), inv);  // not fused with the subtraction below
+      grad[j] = Narrow<T>::from(scale * (p - (j == t ? on_target : off_target)));
+    }
+  }
+}
+
+// Shapes, dtypes and label smoothing shared by forward and backward (the labels are checked on the
+// device). The CPU backend's checks and messages.
+void check_inputs(const char* op, const CrossEntropyArgs& args) {
+  const TensorRef& logits = args.logits;
+  const TensorRef& target = args.target;
+  DEMI_CHECK(logits.shape.size() == 2, op, ": logits must be [N, K], got ", logits.shape,
+             "; flatten the leading dims first");
+  DEMI_CHECK(is_floating(logits.dtype), op, ": logits must be floating, got ", logits.dtype);
+  DEMI_CHECK(target.dtype == DType::I64, op, ": target must be int64 class indices, got ", target.dtype);
+  DEMI_CHECK(target.shape == Shape{logits.shape[0]}, op, ": target ", target.shape,
+             " must be [N] for logits ", logits.shape);
+  DEMI_CHECK(args.label_smoothing >= 0.0 && args.label_smoothing <= 1.0, op,
+             ": label_smoothing must be in [0, 1], got ", args.label_smoothing);
+}
+
+// Waits for the kernels just queued and throws, with the CPU's message, if one of them reported a
+// row whose target is not a class. The one synchronisation of a cross-entropy call: the host must
+// see a bad label now, as on the CPU, and the wait costs little since the loss ends the forward
+// (and its gradient starts the backward).
+void throw_if_bad_target(const char* op, const CrossEntropyArgs& args, unsigned long long* report,
+                         cudaStream_t stream) {
+  unsigned long long first_bad = kNoBadRow;
+  DEMI_CUDA_CHECK(cudaMemcpyAsync(&first_bad, report, sizeof(first_bad), cudaMemcpyDeviceToHost, stream));
+  DEMI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (first_bad == kNoBadRow) return;
+  const int64_t n = static_cast<int64_t>(first_bad);
+  int64_t t = 0;
+  DEMI_CUDA_CHECK(cudaMemcpyAsync(&t, args.target.as<const int64_t>() + n, sizeof(t), cudaMemcpyDeviceToHost, stream));
+  DEMI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int64_t K = args.logits.shape[1];
+  DEMI_THROW(op, ": target[", n, "] = ", t, " is out of range for ", K, " classes; labels must be in [0, ", K, ")");
+}
+
 }  // namespace
 
-void CudaKernels::cross_entropy_forward(const CrossEntropyArgs&) { not_yet("cross_entropy_forward"); }
-void CudaKernels::cross_entropy_backward(const CrossEntropyArgs&) { not_yet("cross_entropy_backward"); }
+// cross_entropy_forward: logits [N, K] (floating), target [N] (I64) -> loss (0-d, F64 for F64
+// logits, else F32).
+void CudaKernels::cross_entropy_forward(const CrossEntropyArgs& args) {
+  constexpr const char* op = "cross_entropy";
+  check_inputs(op, args);
+  const DType loss_dtype = args.logits.dtype == DType::F64 ? DType::F64 : DType::F32;
+  DEMI_CHECK(args.loss.defined() && args.loss.shape.empty() && args.loss.dtype == loss_dtype, op,
+             ": loss must be a 0-d ", loss_dtype, " tensor for ", args.logits.dtype, " logits, got ",
+             args.loss.shape, " ", args.loss.dtype);
+  const int64_t N = args.logits.shape[0], K = args.logits.shape[1];
+  const DeviceGuard guard(index_);
+  double* row_loss = N > 0 ? static_cast<double*>(workspace(static_cast<size_t>(N) * sizeof(double))) : nullptr;
+  if (N > 0) DEMI_CUDA_CHECK(cudaMemsetAsync(report_, 0xff, sizeof(*report_), stream_));
+  dispatch_floating(args.logits.dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (N == 0) return;
+    const T* logits = args.logits.as<const T>();
+    const int64_t* target = args.target.as<const int64_t>();
+    if (K <= kWarpRow) {
+      cross_entropy_rows_kernel<T, false><<<blocks_for(N * 32, kThreads), kThreads, 0, stream_>>>(
+          logits, target, N, K, args.label_smoothing, row_loss, report_);
+    } else {
+      cross_entropy_rows_kernel<T, true><<<blocks_for(N * kThreads, kThreads), kThreads, 0, stream_>>>(
+          logits, target, N, K, args.label_smoothing, row_loss, report_);
+    }
+    DEMI_CUDA_LAUNCH_CHECK("cross_entropy_rows_kernel");
+  });
+  if (loss_dtype == DType::F64) {
+    cross_entropy_mean_kernel<double><<<1, kMeanThreads, 0, stream_>>>(row_loss, N, args.loss.as<double>());
+  } else {
+    cross_entropy_mean_kernel<float><<<1, kMeanThreads, 0, stream_>>>(row_loss, N, args.loss.as<float>());
+  }
+  DEMI_CUDA_LAUNCH_CHECK("cross_entropy_mean_kernel");
+  if (N > 0) throw_if_bad_target(op, args, report_, stream_);
+}
+
+// cross_entropy_backward: logits [N, K] (floating), target [N] (I64), grad_loss (0-d, floating,
+// read on the device) -> grad_logits [N, K] in logits' dtype.
+void CudaKernels::cross_entropy_backward(const CrossEntropyArgs& args) {
+  constexpr const char* op = "cross_entropy_backward";
+  check_inputs(op, args);
+  DEMI_CHECK(args.grad_logits.defined() && args.grad_logits.shape == args.logits.shape &&
+                 args.grad_logits.dtype == args.logits.dtype,
+             op, ": grad_logits must be ", args.logits.shape, " ", args.logits.dtype, " like logits, got ",
+             args.grad_logits.shape, " ", args.grad_logits.dtype);
+  DEMI_CHECK(args.grad_loss.defined() && args.grad_loss.numel() == 1 && args.grad_loss.shape.empty(), op,
+             ": grad_loss must be a 0-d tensor, got ", args.grad_loss.shape);
+  dispatch_floating(args.grad_loss.dtype, op, [](auto) {});  // throws for a non-floating grad_loss
+  const int64_t N = args.logits.shape[0], K = args.logits.shape[1];
+  if (N == 0) return;  // with K = 0 every row's label is out of range: the kernel reports row 0
+  const DeviceGuard guard(index_);
+  DEMI_CUDA_CHECK(cudaMemsetAsync(report_, 0xff, sizeof(*report_), stream_));
+  dispatch_floating(args.logits.dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = acc_t<T>;
+    const double s = args.label_smoothing;
+    const C off_target = static_cast<C>(s / static_cast<double>(K));
+    const C on_target = static_cast<C>(1.0 - s + s / static_cast<double>(K));
+    const T* logits = args.logits.as<const T>();
+    const int64_t* target = args.target.as<const int64_t>();
+    T* grad = args.grad_logits.as<T>();
+    if (K <= kWarpRow) {
+      cross_entropy_backward_kernel<T, false><<<blocks_for(N * 32, kThreads), kThreads, 0, stream_>>>(
+          logits, target, args.grad_loss.data, args.grad_loss.dtype, N, K, on_target, off_target, grad, report_);
+    } else {
+      cross_entropy_backward_kernel<T, true><<<blocks_for(N * kThreads, kThreads), kThreads, 0, stream_>>>(
+          logits, target, args.grad_loss.data, args.grad_loss.dtype, N, K, on_target, off_target, grad, report_);
+    }
+    DEMI_CUDA_LAUNCH_CHECK("cross_entropy_backward_kernel");
+  });
+  throw_if_bad_target(op, args, report_, stream_);
+}
 
 }  // namespace demi::backend::cuda

@@ -1,15 +1,279 @@
-// PLACEHOLDER: the entries of this file throw until their CUDA kernels land.
+// Reductions (sum, mean, max) on CUDA into a keepdim-shaped y, with the CPU backend's semantics.
+// x is viewed, after merging neighbouring kept / reduced dims, as outputs x R reduced elements;
+// every dtype accumulates in double as on the CPU (free here: the loops are memory-bound), and
+// long reductions are split into fixed-size chunks whose partials a second kernel combines in a
+// fixed order: no float atomics, so a result is the same run to run and on any GPU.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math_constants.h>
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+#include <vector>
+
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_types.cuh"
 
 namespace demi::backend::cuda {
 
 namespace {
-[[noreturn]] void not_yet(const char* entry) {
-  DEMI_THROW(entry, " is not implemented on CUDA yet (issue: CUDA backend); run on Device::cpu()");
+
+constexpr int kThreads = 256;       // every kernel here; a multiple of 32
+constexpr int kMaxDims = 8;         // kept (or reduced) dims after merging
+constexpr int64_t kWarpRun = 1024;  // runs up to this long take one warp, longer ones a block
+// Contiguous runs (innermost dim reduced): when there are fewer than kManyRuns outputs, each run
+// is split into chunks of kRunChunk elements, one block each, so a full reduction fills the GPU.
+constexpr int64_t kManyRuns = 1024;
+constexpr int64_t kRunChunk = 8192;
+// Columns (innermost dim kept, one thread per output): with fewer than kManyColumns outputs the
+// reduced range is split into chunks of at least kColumnChunk elements.
+constexpr int64_t kManyColumns = 65536;
+constexpr int64_t kColumnChunk = 64;
+
+const char* reduce_name(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::Sum: return "reduce sum";
+    case ReduceKind::Mean: return "reduce mean";
+    case ReduceKind::Max: return "reduce max";
+  }
+  return "reduce";
 }
+
+// Sum (and mean) add; max keeps the larger value and, like the CPU and PyTorch, propagates NaN.
+struct Combine {
+  bool is_max;
+  __device__ double identity() const { return is_max ? -CUDART_INF : 0.0; }
+  __device__ double operator()(double acc, double v) const {
+    return is_max ? ((v > acc || isnan(v)) ? v : acc) : acc + v;
+  }
+};
+
+// Every lane gets the combination of the warp's 32 values (a butterfly: the same operands meet in
+// the same order on every lane).
+template <typename Op>
+__device__ double warp_reduce(double v, Op op) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Every thread gets the combination of the block's values; blockDim.x is a multiple of 32.
+template <typename Op>
+__device__ double block_reduce(double v, Op op, double identity) {
+  __shared__ double warp_results[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_reduce(v, op);
+  __syncthreads();  // a previous call's readers are done with warp_results
+  if (lane == 0) warp_results[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x / 32) ? warp_results[lane] : identity;
+  return warp_reduce(v, op);
+}
+
+// x's merged dims, innermost first: kept ones (their mixed radix is y's flat index) and reduced ones
+// (their mixed radix is the reduced index r in [0, R)), with x's element strides.
+struct ReduceGeometry {
+  int kept_rank = 0, reduced_rank = 0;
+  int64_t kept_extent[kMaxDims] = {}, kept_stride[kMaxDims] = {};
+  int64_t reduced_extent[kMaxDims] = {}, reduced_stride[kMaxDims] = {};
+  int64_t outputs = 1, R = 1;
+  int64_t chunk = 1, splits = 1;  // the reduced range is cut into `splits` chunks of `chunk` (the last shorter)
+};
+
+__device__ inline int64_t kept_offset(const ReduceGeometry& g, int64_t o) {
+  int64_t offset = 0;
+#pragma unroll
+  for (int d = 0; d < kMaxDims; ++d) {  // unrolled: the parameter arrays stay statically indexed
+    if (d == g.kept_rank) break;
+    offset += (o % g.kept_extent[d]) * g.kept_stride[d];
+    o /= g.kept_extent[d];
+  }
+  return offset;
+}
+
+__device__ inline int64_t reduced_offset(const ReduceGeometry& g, int64_t r) {
+  if (g.reduced_rank == 1) return r * g.reduced_stride[0];  // the common case: no divisions
+  int64_t offset = 0;
+#pragma unroll
+  for (int d = 0; d < kMaxDims; ++d) {
+    if (d == g.reduced_rank) break;
+    offset += (r % g.reduced_extent[d]) * g.reduced_stride[d];
+    r /= g.reduced_extent[d];
+  }
+  return offset;
+}
+
+// Where a chunk's result goes: straight into y (one chunk per output) or into partial[s, o].
+struct ReduceOutput {
+  void* y = nullptr;
+  DType dtype = DType::F32;
+  int64_t mean_divisor = 0;  // R for a mean, 0 for sum and max
+  double* partial = nullptr;
+
+  // The finished value of output o, divided for a mean and rounded once into y's dtype.
+  __device__ void finish(int64_t o, double v) const {
+    if (mean_divisor != 0) v /= static_cast<double>(mean_divisor);
+    switch (dtype) {
+      case DType::F32: static_cast<float*>(y)[o] = static_cast<float>(v); break;
+      case DType::F64: static_cast<double*>(y)[o] = v; break;
+      case DType::F16: static_cast<__half*>(y)[o] = Narrow<__half>::from(v); break;
+      case DType::BF16: static_cast<__nv_bfloat16*>(y)[o] = Narrow<__nv_bfloat16>::from(v); break;
+      default: break;  // the host accepts floating dtypes only
+    }
+  }
+  __device__ void chunk_result(const ReduceGeometry& g, int64_t o, int64_t s, double v) const {
+    if (partial != nullptr) partial[s * g.outputs + o] = v;
+    else finish(o, v);
+  }
+};
+
+template <typename T>
+__device__ inline double load(const T* x, int64_t i) {
+  return static_cast<double>(widen(x[i]));
+}
+
+// The innermost dim of x is reduced: a group (a warp, or the block when kBlockPerGroup) per
+// (output o, chunk s), its lanes striding over the chunk's reduced indices, so neighbouring lanes
+// read neighbouring elements. Groups are numbered o * splits + s.
+template <typename T, bool kBlockPerGroup>
+__global__ void reduce_runs_kernel(const T* x, ReduceGeometry g, Combine op, ReduceOutput out) {
+  const int width = kBlockPerGroup ? static_cast<int>(blockDim.x) : 32;
+  const int lane = kBlockPerGroup ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x % 32);
+  const int64_t groups_per_block = kBlockPerGroup ? 1 : blockDim.x / 32;
+  const int64_t first = int64_t(blockIdx.x) * groups_per_block + (kBlockPerGroup ? 0 : threadIdx.x / 32);
+  const int64_t step = int64_t(gridDim.x) * groups_per_block;
+  const int64_t groups = g.outputs * g.splits;
+  // The loop condition is uniform over a group, so the whole group reaches the reduction.
+  for (int64_t group = first; group < groups; group += step) {
+    const int64_t o = group / g.splits, s = group % g.splits;
+    const int64_t base = kept_offset(g, o);
+    const int64_t begin = s * g.chunk, end = min(begin + g.chunk, g.R);
+    double acc = op.identity();
+    for (int64_t r = begin + lane; r < end; r += width) acc = op(acc, load(x, base + reduced_offset(g, r)));
+    if constexpr (kBlockPerGroup) acc = block_reduce(acc, op, op.identity());
+    else acc = warp_reduce(acc, op);
+    if (lane == 0) out.chunk_result(g, o, s, acc);
+  }
+}
+
+// The innermost dim of x is kept (or nothing is reduced): a thread per (output o, chunk s), with o
+// fastest so that neighbouring threads read neighbouring elements of each reduced row.
+template <typename T>
+__global__ void reduce_columns_kernel(const T* x, ReduceGeometry g, Combine op, ReduceOutput out) {
+  const int64_t items = g.outputs * g.splits;
+  for (int64_t t = thread_index(); t < items; t += grid_width()) {
+    const int64_t o = t % g.outputs, s = t / g.outputs;
+    const int64_t base = kept_offset(g, o);
+    const int64_t begin = s * g.chunk, end = min(begin + g.chunk, g.R);
+    double acc = op.identity();
+    for (int64_t r = begin; r < end; ++r) acc = op(acc, load(x, base + reduced_offset(g, r)));
+    out.chunk_result(g, o, s, acc);
+  }
+}
+
+// partial [splits, outputs] -> y: a block per output combines its chunks' results, in a fixed order.
+__global__ void reduce_partials_kernel(const double* partial, int64_t outputs, int64_t splits, Combine op,
+                                       ReduceOutput out) {
+  for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
+    double acc = op.identity();
+    for (int64_t s = threadIdx.x; s < splits; s += blockDim.x) acc = op(acc, partial[s * outputs + o]);
+    acc = block_reduce(acc, op, op.identity());
+    if (threadIdx.x == 0) out.finish(o, acc);
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 }  // namespace
 
-void CudaKernels::reduce(ReduceKind, const TensorRef&, const TensorRef&) { not_yet("reduce"); }
+// reduce: x [d0, ..., dn) of a floating dtype -> y of x's rank with each reduced dim of extent 1
+// (or 0-d for a full reduction), of any floating dtype.
+void CudaKernels::reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) {
+  const char* name = reduce_name(kind);
+  DEMI_CHECK(is_floating(x.dtype) && is_floating(y.dtype), name, ": x is ", x.dtype, " and y is ", y.dtype,
+             "; both must be floating (float32, float64, float16 or bfloat16); cast integer tensors first");
+  const Shape& xs = x.shape;
+  const Shape ys = y.shape.empty() ? Shape(xs.size(), 1) : y.shape;
+  DEMI_CHECK(ys.size() == xs.size(), name, ": y ", y.shape, " must have x ", xs,
+             "'s rank with reduced dims of extent 1 (keepdim form)");
+  // Merge neighbouring dims of the same kind (outer first); extent-1 dims drop out.
+  int64_t R = 1;
+  std::vector<std::pair<int64_t, bool>> groups;  // (extent, reduced)
+  for (size_t d = 0; d < xs.size(); ++d) {
+    DEMI_CHECK(ys[d] == xs[d] || ys[d] == 1, name, ": y ", y.shape, " does not fit x ", xs,
+               " (dimension ", d, " is ", ys[d], " in y, ", xs[d],
+               " in x); each y extent must equal x's (kept) or be 1 (reduced)");
+    const bool is_reduced = ys[d] == 1 && xs[d] != 1;
+    if (is_reduced) R *= xs[d];
+    if (xs[d] == 1) continue;
+    if (!groups.empty() && groups.back().second == is_reduced) groups.back().first *= xs[d];
+    else groups.emplace_back(xs[d], is_reduced);
+  }
+  const int64_t outputs = y.numel();
+  if (outputs == 0) return;
+  DEMI_CHECK(kind != ReduceKind::Max || R > 0, name, ": x ", xs,
+             " has no elements along the reduced dims, so the max is undefined; reduce over a non-empty range");
+  if (R == 0) {  // an empty sum is 0, an empty mean 0 / 0 = NaN, as on the CPU
+    fill(TensorRef{y.data, ys, y.dtype}, kind == ReduceKind::Mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+    return;
+  }
+
+  ReduceGeometry g;
+  g.outputs = outputs;
+  g.R = R;
+  int64_t stride = 1;
+  for (size_t k = groups.size(); k-- > 0;) {  // innermost first
+    const bool is_reduced = groups[k].second;
+    int& rank = is_reduced ? g.reduced_rank : g.kept_rank;
+    DEMI_CHECK(rank < kMaxDims, name, ": x ", xs, " -> y ", y.shape, " alternates kept and reduced dims more than ",
+               kMaxDims, " times each, the CUDA backend's limit; reshape or reduce in two steps");
+    (is_reduced ? g.reduced_extent : g.kept_extent)[rank] = groups[k].first;
+    (is_reduced ? g.reduced_stride : g.kept_stride)[rank] = stride;
+    ++rank;
+    stride *= groups[k].first;
+  }
+  const bool inner_reduced = !groups.empty() && groups.back().second;
+  // Chunks: fixed by the shape alone (never by the device), so results do not depend on the GPU.
+  if (inner_reduced) {
+    g.chunk = outputs >= kManyRuns ? R : std::min(R, kRunChunk);
+  } else if (outputs >= kManyColumns || R <= kColumnChunk) {
+    g.chunk = R;
+  } else {
+    const int64_t wanted_splits = std::min(ceil_div(R, kColumnChunk), ceil_div(kManyColumns, outputs));
+    g.chunk = ceil_div(R, wanted_splits);
+  }
+  g.splits = ceil_div(R, g.chunk);
+
+  const Combine op{kind == ReduceKind::Max};
+  ReduceOutput out;
+  out.y = y.data;
+  out.dtype = y.dtype;
+  out.mean_divisor = kind == ReduceKind::Mean ? R : 0;
+  const DeviceGuard guard(index_);
+  ReduceOutput chunk_out = out;
+  if (g.splits > 1)
+    chunk_out.partial = static_cast<double*>(workspace(static_cast<size_t>(outputs * g.splits) * sizeof(double)));
+  const int64_t work = outputs * g.splits;
+  dispatch_floating(x.dtype, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = x.as<const T>();
+    if (!inner_reduced) {
+      reduce_columns_kernel<T><<<blocks_for(work, kThreads), kThreads, 0, stream_>>>(px, g, op, chunk_out);
+      DEMI_CUDA_LAUNCH_CHECK("reduce_columns_kernel");
+    } else if (g.splits == 1 && R <= kWarpRun) {
+      reduce_runs_kernel<T, false><<<blocks_for(work * 32, kThreads), kThreads, 0, stream_>>>(px, g, op, chunk_out);
+      DEMI_CUDA_LAUNCH_CHECK("reduce_runs_kernel");
+    } else {
+      reduce_runs_kernel<T, true><<<blocks_for(work * kThreads, kThreads), kThreads, 0, stream_>>>(px, g, op, chunk_out);
+      DEMI_CUDA_LAUNCH_CHECK("reduce_runs_kernel");
+    }
+  });
+  if (g.splits == 1) return;
+  reduce_partials_kernel<<<blocks_for(outputs * kThreads, kThreads), kThreads, 0, stream_>>>(
+      chunk_out.partial, outputs, g.splits, op, out);
+  DEMI_CUDA_LAUNCH_CHECK("reduce_partials_kernel");
+}
 
 }  // namespace demi::backend::cuda
