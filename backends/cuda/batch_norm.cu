@@ -1,16 +1,476 @@
-// PLACEHOLDER: the entries of this file throw until their CUDA kernels land.
+// CudaKernels::batch_norm_*: per-channel normalisation of [N, C] or [N, C, H, W] with the CPU
+// backend's semantics. Each channel's N * H * W values are split into chunks, one block each, so a
+// few wide channels still fill the GPU; blocks write per-chunk sums in double and one warp per
+// channel adds them in a fixed order (deterministic, no atomics) before an element-wise pass.
+// Variance uses sums shifted by one of the channel's values, in double: no E[x^2] - E[x]^2 cancellation.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_types.cuh"
 
 namespace demi::backend::cuda {
 
 namespace {
-[[noreturn]] void not_yet(const char* entry) {
-  DEMI_THROW(entry, " is not implemented on CUDA yet (issue: CUDA backend); run on Device::cpu()");
+
+constexpr int kThreads = 256;        // per block of the chunked passes (a multiple of 32)
+constexpr int kItemsPerThread = 8;   // values a thread handles at least before a channel is split more
+constexpr int64_t kMaxChunks = 65535;  // gridDim.y
+
+// One channel-chunked pass: block (c, b) handles channel c's values e in [b * chunk_len,
+// (b + 1) * chunk_len) of its count = N * HW, value e being element (e / HW) * C * HW + c * HW + e % HW.
+struct BnShape {
+  int64_t channels, hw, count, chunks, chunk_len;
+};
+
+// Calls fn(address) for the values e = first, first + step, ... of block `begin`'s chunk of channel
+// c (first = begin + threadIdx.x, step = blockDim.x in the kernels). Divides once, then carries
+// (n, j) forward. Host-callable, as the bodies below.
+template <typename Fn>
+__host__ __device__ inline void for_each_in_chunk(const BnShape& s, int64_t c, int64_t begin, int64_t first,
+                                                  int64_t step, Fn&& fn) {
+  const int64_t end = begin + s.chunk_len < s.count ? begin + s.chunk_len : s.count;
+  int64_t e = first;
+  if (e >= end) return;  // also keeps hw = 0 (count = 0) away from the divisions
+  const int64_t plane = s.channels * s.hw;
+  int64_t j = e % s.hw;
+  int64_t address = (e / s.hw) * plane + c * s.hw + j;
+  const int64_t dj = step % s.hw, jump = (step / s.hw) * plane + dj, wrap = plane - s.hw;
+  for (; e < end; e += step) {
+    fn(address);
+    j += dj;
+    address += jump;
+    if (j >= s.hw) {  // past the end of a plane: on to the same channel's next plane
+      j -= s.hw;
+      address += wrap;
+    }
+  }
 }
+
+__device__ inline double2 warp_sum(double2 v) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v.x += __shfl_down_sync(0xffffffffu, v.x, offset);
+    v.y += __shfl_down_sync(0xffffffffu, v.y, offset);
+  }
+  return v;
+}
+
+// The sum of v over a kThreads-wide block, valid in thread 0; a fixed tree, so deterministic.
+// Every thread of the block must call it (it synchronises).
+__device__ inline double2 block_sum(double2 v) {
+  __shared__ double2 warp_sums[kThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_sum(v);
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  v = lane < kThreads / 32 ? warp_sums[lane] : make_double2(0.0, 0.0);
+  return warp == 0 ? warp_sum(v) : v;
+}
+
+// Channel c's chunk sums, added in chunk order by one warp (launched with 32 threads); in lane 0.
+__device__ inline double2 channel_sum(const double2* partials, int64_t c, int64_t chunks) {
+  double2 v = make_double2(0.0, 0.0);
+  for (int64_t k = threadIdx.x; k < chunks; k += 32) {
+    const double2 p = partials[c * chunks + k];
+    v.x += p.x;
+    v.y += p.y;
+  }
+  return warp_sum(v);
+}
+
+// Rounded once each, never contracted into an FMA: the CPU's arithmetic (ISO C++, no contraction).
+template <typename A>
+__host__ __device__ inline A mul_rn(A a, A b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<A, float>) return __fmul_rn(a, b);
+  else return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+template <typename A>
+__host__ __device__ inline A add_rn(A a, A b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<A, float>) return __fadd_rn(a, b);
+  else return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// The per-thread and per-channel bodies below are __host__ __device__ so that they can be emulated
+// on the host against the CPU backend (how they were checked before any GPU ran them); the kernels
+// add only the block and warp sums.
+
+// --- Forward -------------------------------------------------------------------------------------
+
+// (sum d, sum d^2) over this thread's values of a chunk of channel c, d = x - (value 0 of channel
+// c), in double. The shift keeps the variance from cancelling when the mean is large against the
+// spread. Needs count > 1 (training), so value 0 exists.
+template <typename T>
+__host__ __device__ inline double2 bn_stats_part(const T* x, const BnShape& s, int64_t c, int64_t begin,
+                                                 int64_t first, int64_t step) {
+  const double shift = static_cast<double>(widen(x[c * s.hw]));
+  double2 sum = make_double2(0.0, 0.0);
+  for_each_in_chunk(s, c, begin, first, step, [&](int64_t a) {
+    const double d = static_cast<double>(widen(x[a])) - shift;
+    sum.x += d;
+    sum.y += d * d;
+  });
+  return sum;
+}
+
+// Per-channel vectors [C] of the forward, in the statistics type S; any may be null but those the
+// mode needs.
+template <typename S>
+struct BnForwardParams {
+  const S* weight;
+  const S* bias;
+  S* running_mean;
+  S* running_var;
+  S* save_mean;
+  S* save_invstd;
+  double momentum, eps;
+  bool train;
+};
+
+// y = ((x - hi) - lo) * scale + shift per channel, in the compute type A: the mean as hi + lo
+// (hi = the mean rounded to A) keeps x - mean exact near the mean, as on the CPU.
+template <typename A>
+struct NormalizeCoef {
+  A mean_hi, mean_lo, scale, shift;
+};
+
+// Training: channel c's sums (bn_stats_part over all its values) -> mean, biased variance, save_*,
+// running stats (unbiased variance). Eval: the running stats. Returns the normalisation coefficients.
+template <typename T, typename S>
+__host__ __device__ inline NormalizeCoef<acc_t<T>> bn_forward_channel(double2 sum, const T* x, const BnShape& s,
+                                                                      const BnForwardParams<S>& p, int64_t c) {
+  using A = acc_t<T>;
+  double mean, invstd;
+  if (p.train) {
+    const double count = static_cast<double>(s.count);
+    const double offset = sum.x / count;  // mean - shift
+    mean = static_cast<double>(widen(x[c * s.hw])) + offset;
+    double var = (sum.y - sum.x * offset) / count;
+    if (var < 0) var = 0;  // rounding of a (near) constant channel; a NaN stays NaN
+    invstd = 1.0 / ::sqrt(var + p.eps);
+    if (p.save_mean) p.save_mean[c] = static_cast<S>(mean);
+    if (p.save_invstd) p.save_invstd[c] = static_cast<S>(invstd);
+    const double m = p.momentum;
+    if (p.running_mean) {
+      S& rm = p.running_mean[c];
+      rm = static_cast<S>((1 - m) * static_cast<double>(rm) + m * mean);
+    }
+    if (p.running_var) {
+      S& rv = p.running_var[c];
+      rv = static_cast<S>((1 - m) * static_cast<double>(rv) + m * var * count / (count - 1));
+    }
+  } else {
+    mean = static_cast<double>(p.running_mean[c]);
+    invstd = 1.0 / ::sqrt(static_cast<double>(p.running_var[c]) + p.eps);
+  }
+  NormalizeCoef<A> k;
+  k.mean_hi = static_cast<A>(mean);
+  k.mean_lo = static_cast<A>(mean - static_cast<double>(k.mean_hi));
+  k.scale = static_cast<A>(invstd * (p.weight ? static_cast<double>(p.weight[c]) : 1.0));
+  k.shift = static_cast<A>(p.bias ? static_cast<double>(p.bias[c]) : 0.0);
+  return k;
+}
+
+// y = ((x - mean_hi) - mean_lo) * scale + shift, rounded once into T, over this thread's values of
+// a chunk of channel c; y may be x.
+template <typename T>
+__host__ __device__ inline void bn_normalize_part(const T* x, T* y, const BnShape& s, int64_t c, int64_t begin,
+                                                  int64_t first, int64_t step, const NormalizeCoef<acc_t<T>>& k) {
+  for_each_in_chunk(s, c, begin, first, step, [&](int64_t a) {
+    y[a] = Narrow<T>::from(add_rn(mul_rn((widen(x[a]) - k.mean_hi) - k.mean_lo, k.scale), k.shift));
+  });
+}
+
+// partials[c * chunks + b] = block b's bn_stats_part sums over channel c.
+template <typename T>
+__global__ void bn_stats_kernel(const T* x, BnShape s, double2* partials) {
+  const int64_t begin = int64_t(blockIdx.y) * s.chunk_len;
+  const double2 sum = block_sum(bn_stats_part(x, s, blockIdx.x, begin, begin + threadIdx.x, blockDim.x));
+  if (threadIdx.x == 0) partials[int64_t(blockIdx.x) * s.chunks + blockIdx.y] = sum;
+}
+
+// coef[c] = bn_forward_channel of channel c = blockIdx.x; one 32-thread block per channel.
+template <typename T, typename S>
+__global__ void bn_forward_finalize_kernel(const double2* partials, const T* x, BnShape s,
+                                           BnForwardParams<S> p, NormalizeCoef<acc_t<T>>* coef) {
+  const int64_t c = blockIdx.x;
+  const double2 sum = p.train ? channel_sum(partials, c, s.chunks) : make_double2(0.0, 0.0);
+  if (threadIdx.x == 0) coef[c] = bn_forward_channel(sum, x, s, p, c);
+}
+
+template <typename T>
+__global__ void bn_normalize_kernel(const T* x, T* y, BnShape s, const NormalizeCoef<acc_t<T>>* coef) {
+  const int64_t begin = int64_t(blockIdx.y) * s.chunk_len;
+  bn_normalize_part(x, y, s, blockIdx.x, begin, begin + threadIdx.x, blockDim.x, coef[blockIdx.x]);
+}
+
+// --- Backward ------------------------------------------------------------------------------------
+
+// (sum g, sum g * (x - mean)) over this thread's values of a chunk of channel c, in double, with
+// mean = save_mean[c] in the compute type (the CPU's mean_acc).
+template <typename T, typename S>
+__host__ __device__ inline double2 bn_backward_part(const T* x, const T* grad_y, const S* save_mean,
+                                                    const BnShape& s, int64_t c, int64_t begin, int64_t first,
+                                                    int64_t step) {
+  const double mean = static_cast<double>(static_cast<acc_t<T>>(save_mean[c]));
+  double2 sum = make_double2(0.0, 0.0);
+  for_each_in_chunk(s, c, begin, first, step, [&](int64_t a) {
+    const double g = static_cast<double>(widen(grad_y[a]));
+    sum.x += g;
+    sum.y += g * (static_cast<double>(widen(x[a])) - mean);
+  });
+  return sum;
+}
+
+template <typename S>
+struct BnBackwardParams {
+  const S* weight;  // null: 1
+  const S* save_mean;
+  const S* save_invstd;
+  S* grad_weight;  // null: not wanted
+  S* grad_bias;
+};
+
+// grad_x = (g * k_g + (x - mean) * k_d) + k_0 per channel, in the compute type A.
+template <typename A>
+struct GradCoef {
+  A mean, k_g, k_d, k_0;
+};
+
+// Channel c's sums (bn_backward_part over all its values) -> grad_weight = sum(g * xhat), grad_bias
+// = sum(g), and the grad_x coefficients of invstd * w * (g - mean(g) - xhat * mean(g * xhat)).
+template <typename T, typename S>
+__host__ __device__ inline GradCoef<acc_t<T>> bn_backward_channel(double2 sum, const BnShape& s,
+                                                                  const BnBackwardParams<S>& p, int64_t c) {
+  using A = acc_t<T>;
+  const double sum_g = sum.x, sum_gd = sum.y, count = static_cast<double>(s.count);
+  const double mean = static_cast<double>(p.save_mean[c]), invstd = static_cast<double>(p.save_invstd[c]);
+  if (p.grad_weight) p.grad_weight[c] = static_cast<S>(sum_gd * invstd);
+  if (p.grad_bias) p.grad_bias[c] = static_cast<S>(sum_g);
+  const double k = invstd * (p.weight ? static_cast<double>(p.weight[c]) : 1.0);
+  GradCoef<A> q;
+  q.mean = static_cast<A>(mean);
+  q.k_g = static_cast<A>(k);
+  q.k_d = static_cast<A>(-k * invstd * invstd * sum_gd / count);
+  q.k_0 = static_cast<A>(-k * sum_g / count);
+  return q;
+}
+
+// grad_x over this thread's values of a chunk of channel c, rounded once into T; grad_x may alias
+// x or grad_y.
+template <typename T>
+__host__ __device__ inline void bn_backward_input_part(const T* x, const T* grad_y, T* grad_x, const BnShape& s,
+                                                       int64_t c, int64_t begin, int64_t first, int64_t step,
+                                                       const GradCoef<acc_t<T>>& q) {
+  for_each_in_chunk(s, c, begin, first, step, [&](int64_t a) {
+    const acc_t<T> v = add_rn(mul_rn(widen(grad_y[a]), q.k_g), mul_rn(widen(x[a]) - q.mean, q.k_d));
+    grad_x[a] = Narrow<T>::from(add_rn(v, q.k_0));
+  });
+}
+
+template <typename T, typename S>
+__global__ void bn_backward_stats_kernel(const T* x, const T* grad_y, const S* save_mean, BnShape s,
+                                         double2* partials) {
+  const int64_t begin = int64_t(blockIdx.y) * s.chunk_len;
+  const double2 sum =
+      block_sum(bn_backward_part(x, grad_y, save_mean, s, blockIdx.x, begin, begin + threadIdx.x, blockDim.x));
+  if (threadIdx.x == 0) partials[int64_t(blockIdx.x) * s.chunks + blockIdx.y] = sum;
+}
+
+// coef[c] = bn_backward_channel of channel c = blockIdx.x; one 32-thread block per channel.
+template <typename T, typename S>
+__global__ void bn_backward_finalize_kernel(const double2* partials, BnShape s,
+                                            BnBackwardParams<S> p, GradCoef<acc_t<T>>* coef) {
+  const int64_t c = blockIdx.x;
+  const double2 sum = channel_sum(partials, c, s.chunks);
+  if (threadIdx.x == 0) coef[c] = bn_backward_channel<T>(sum, s, p, c);
+}
+
+template <typename T>
+__global__ void bn_backward_input_kernel(const T* x, const T* grad_y, T* grad_x, BnShape s,
+                                         const GradCoef<acc_t<T>>* coef) {
+  const int64_t begin = int64_t(blockIdx.y) * s.chunk_len;
+  bn_backward_input_part(x, grad_y, grad_x, s, blockIdx.x, begin, begin + threadIdx.x, blockDim.x, coef[blockIdx.x]);
+}
+
+// --- Host side -----------------------------------------------------------------------------------
+
+struct BnGeom {
+  int64_t n, c, hw;
+  int64_t count() const { return n * hw; }
+};
+
+// The CPU backend's checks, with its messages.
+DType stats_dtype(DType input) { return input == DType::F64 ? DType::F64 : DType::F32; }
+
+void check_param(const TensorRef& t, const char* name, const BnGeom& g, DType want, const char* op) {
+  if (!t.defined()) return;
+  DEMI_CHECK(t.dtype == want, op, ": ", name, " must be ", want, " for this input, got ", t.dtype,
+             " (statistics and affine parameters stay fp32 for half inputs)");
+  DEMI_CHECK(t.numel() == g.c, op, ": ", name, " must have C = ", g.c, " elements, got shape ", t.shape);
+}
+
+void check_like(const TensorRef& t, const TensorRef& x, const char* name, const char* op) {
+  if (!t.defined()) return;
+  DEMI_CHECK(t.shape == x.shape && t.dtype == x.dtype, op, ": ", name, " must match the input (", x.shape, " ",
+             x.dtype, "), got ", t.shape, " ", t.dtype);
+}
+
+BnGeom check_input(const TensorRef& x, const char* op) {
+  DEMI_CHECK(x.shape.size() == 2 || x.shape.size() == 4, op, ": input must be [N, C] or [N, C, H, W], got ",
+             x.shape);
+  DEMI_CHECK(is_floating(x.dtype), op, ": input must be floating, got ", x.dtype);
+  DEMI_CHECK(x.numel() == 0 || x.defined(), op, ": input is undefined");
+  const BnGeom g{x.shape[0], x.shape[1], x.shape.size() == 4 ? x.shape[2] * x.shape[3] : 1};
+  DEMI_CHECK(g.c <= std::numeric_limits<int32_t>::max(), op, ": the CUDA backend handles up to 2^31 - 1 channels, got ",
+             x.shape, "; split the channels");
+  return g;
+}
+
+template <typename S>
+S* data_or_null(const TensorRef& t) {
+  return t.defined() ? t.as<S>() : nullptr;
+}
+
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// All of batch_norm_forward's checks (the CPU backend's, with its messages).
+BnGeom check_forward(const BatchNormArgs& args) {
+  constexpr const char* op = "batch_norm_forward";
+  const BnGeom g = check_input(args.input, op);
+  DEMI_CHECK(args.output.defined() || args.input.numel() == 0, op, ": output is undefined");
+  check_like(args.output, args.input, "output", op);
+  const DType sd = stats_dtype(args.input.dtype);
+  check_param(args.weight, "weight", g, sd, op);
+  check_param(args.bias, "bias", g, sd, op);
+  check_param(args.running_mean, "running_mean", g, sd, op);
+  check_param(args.running_var, "running_var", g, sd, op);
+  if (args.mode == BatchNormMode::Train) {
+    check_param(args.save_mean, "save_mean", g, sd, op);
+    check_param(args.save_invstd, "save_invstd", g, sd, op);
+    DEMI_CHECK(g.count() > 1, op, ": training needs more than one value per channel to estimate a variance, got input ",
+               args.input.shape, "; use a larger batch or eval mode");
+  } else {
+    DEMI_CHECK(args.running_mean.defined() && args.running_var.defined(), op,
+               ": eval mode normalises with running_mean and running_var; pass both");
+  }
+  return g;
+}
+
+// All of batch_norm_backward's checks.
+BnGeom check_backward(const BatchNormArgs& args) {
+  constexpr const char* op = "batch_norm_backward";
+  const BnGeom g = check_input(args.input, op);
+  DEMI_CHECK(args.grad_output.defined() || args.input.numel() == 0, op, ": grad_output is undefined");
+  check_like(args.grad_output, args.input, "grad_output", op);
+  check_like(args.grad_input, args.input, "grad_input", op);
+  const DType sd = stats_dtype(args.input.dtype);
+  check_param(args.weight, "weight", g, sd, op);
+  check_param(args.grad_weight, "grad_weight", g, sd, op);
+  check_param(args.grad_bias, "grad_bias", g, sd, op);
+  check_param(args.save_mean, "save_mean", g, sd, op);
+  check_param(args.save_invstd, "save_invstd", g, sd, op);
+  DEMI_CHECK(args.save_mean.defined() && args.save_invstd.defined(), op,
+             ": needs save_mean and save_invstd from the training-mode forward");
+  return g;
+}
+
+// The blocks a chunked pass over g wants: one per kThreads * kItemsPerThread values, at most what
+// fills the GPU once.
+int64_t wanted_blocks(const CudaKernels& k, const BnGeom& g) {
+  return k.blocks_for(std::max<int64_t>(1, g.c * g.count() / kItemsPerThread), kThreads);
+}
+
+// Splits each channel (C > 0) into chunks so that C * chunks covers `blocks`.
+BnShape chunk_shape(const BnGeom& g, int64_t blocks) {
+  const int64_t chunks = std::min(std::max<int64_t>((blocks + g.c - 1) / g.c, 1), kMaxChunks);
+  return {g.c, g.hw, g.count(), chunks, std::max<int64_t>(1, (g.count() + chunks - 1) / chunks)};
+}
+
 }  // namespace
 
-void CudaKernels::batch_norm_forward(const BatchNormArgs&) { not_yet("batch_norm_forward"); }
-void CudaKernels::batch_norm_backward(const BatchNormArgs&) { not_yet("batch_norm_backward"); }
+// batch_norm_forward: input [N, C] or [N, C, H, W] -> output (input's shape and dtype); training
+// also writes save_mean, save_invstd and updates running_* (each if given). Passes: chunk sums
+// (training only), per-channel statistics, normalisation.
+void CudaKernels::batch_norm_forward(const BatchNormArgs& args) {
+  constexpr const char* op = "batch_norm_forward";
+  const BnGeom g = check_forward(args);
+  const bool train = args.mode == BatchNormMode::Train;
+  dispatch_floating(args.input.dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using S = acc_t<T>;  // fp32 statistics for fp32 and half inputs, fp64 for fp64
+    if (args.input.numel() == 0) return;  // eval only: training has count > 1
+    const DeviceGuard guard(index_);
+    const BnShape s = chunk_shape(g, wanted_blocks(*this, g));
+    const size_t partial_bytes = train ? round_up(static_cast<size_t>(g.c * s.chunks) * sizeof(double2)) : 0;
+    char* ws = static_cast<char*>(workspace(partial_bytes + static_cast<size_t>(g.c) * sizeof(NormalizeCoef<S>)));
+    double2* partials = reinterpret_cast<double2*>(ws);
+    NormalizeCoef<S>* coef = reinterpret_cast<NormalizeCoef<S>*>(ws + partial_bytes);
+    const T* x = args.input.as<const T>();
+    const dim3 grid(static_cast<unsigned>(g.c), static_cast<unsigned>(s.chunks));
+    if (train) {
+      bn_stats_kernel<T><<<grid, kThreads, 0, stream_>>>(x, s, partials);
+      DEMI_CUDA_LAUNCH_CHECK("bn_stats_kernel");
+    }
+    const BnForwardParams<S> p{data_or_null<const S>(args.weight),       data_or_null<const S>(args.bias),
+                               data_or_null<S>(args.running_mean),       data_or_null<S>(args.running_var),
+                               train ? data_or_null<S>(args.save_mean) : nullptr,
+                               train ? data_or_null<S>(args.save_invstd) : nullptr,
+                               args.momentum, args.eps, train};
+    bn_forward_finalize_kernel<T, S><<<static_cast<unsigned>(g.c), 32, 0, stream_>>>(partials, x, s, p, coef);
+    DEMI_CUDA_LAUNCH_CHECK("bn_forward_finalize_kernel");
+    bn_normalize_kernel<T><<<grid, kThreads, 0, stream_>>>(x, args.output.as<T>(), s, coef);
+    DEMI_CUDA_LAUNCH_CHECK("bn_normalize_kernel");
+  });
+}
+
+// batch_norm_backward: input and grad_output [N, C] or [N, C, H, W], weight, save_mean, save_invstd
+// [C] -> grad_input (input's shape), grad_weight, grad_bias [C], each only if given. Passes: chunk
+// sums of g and g * (x - mean), per-channel results, grad_input.
+void CudaKernels::batch_norm_backward(const BatchNormArgs& args) {
+  constexpr const char* op = "batch_norm_backward";
+  const BnGeom g = check_backward(args);
+  dispatch_floating(args.input.dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using S = acc_t<T>;
+    const bool wants_input = args.grad_input.defined() && args.input.numel() > 0;
+    if (g.c == 0 || !(wants_input || args.grad_weight.defined() || args.grad_bias.defined())) return;
+    const DeviceGuard guard(index_);
+    // count = 0 (an empty batch) still runs the sums: grad_weight and grad_bias become 0, as on the CPU.
+    const BnShape s = chunk_shape(g, wanted_blocks(*this, g));
+    const size_t partial_bytes = round_up(static_cast<size_t>(g.c * s.chunks) * sizeof(double2));
+    char* ws = static_cast<char*>(workspace(partial_bytes + static_cast<size_t>(g.c) * sizeof(GradCoef<S>)));
+    double2* partials = reinterpret_cast<double2*>(ws);
+    GradCoef<S>* coef = reinterpret_cast<GradCoef<S>*>(ws + partial_bytes);
+    const T* x = args.input.as<const T>();
+    const T* grad_y = args.grad_output.as<const T>();
+    const dim3 grid(static_cast<unsigned>(g.c), static_cast<unsigned>(s.chunks));
+    bn_backward_stats_kernel<T, S><<<grid, kThreads, 0, stream_>>>(x, grad_y, args.save_mean.as<const S>(), s,
+                                                                    partials);
+    DEMI_CUDA_LAUNCH_CHECK("bn_backward_stats_kernel");
+    const BnBackwardParams<S> p{data_or_null<const S>(args.weight), args.save_mean.as<const S>(),
+                                args.save_invstd.as<const S>(), data_or_null<S>(args.grad_weight),
+                                data_or_null<S>(args.grad_bias)};
+    bn_backward_finalize_kernel<T, S><<<static_cast<unsigned>(g.c), 32, 0, stream_>>>(partials, s, p, coef);
+    DEMI_CUDA_LAUNCH_CHECK("bn_backward_finalize_kernel");
+    if (!wants_input) return;
+    bn_backward_input_kernel<T><<<grid, kThreads, 0, stream_>>>(x, grad_y, args.grad_input.as<T>(), s, coef);
+    DEMI_CUDA_LAUNCH_CHECK("bn_backward_input_kernel");
+  });
+}
 
 }  // namespace demi::backend::cuda

@@ -1,16 +1,360 @@
-// PLACEHOLDER: the entries of this file throw until their CUDA kernels land.
+// CudaKernels::pool2d_*: max and average pooling over NCHW planes with the CPU backend's semantics.
+// Forward runs one thread per output element; backward is a gather (one thread per input element
+// summing the windows that cover it, in the CPU's order): no atomics, deterministic, exact grad_x.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math_constants.h>
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_types.cuh"
 
 namespace demi::backend::cuda {
 
 namespace {
-[[noreturn]] void not_yet(const char* entry) {
-  DEMI_THROW(entry, " is not implemented on CUDA yet (issue: CUDA backend); run on Device::cpu()");
+
+constexpr int kThreads = 256;
+
+// Extents of a pooling in the index type of its kernels: int32_t when every flat index (and one
+// grid stride past it) fits, else int64_t; int64 divisions cost several times int32's.
+template <typename Index>
+struct PoolShape {
+  Index planes, h, w, oh, ow;  // planes = N * C
+  Index kh, kw, sh, sw, ph, pw;
+};
+
+// thread_index() and grid_width() in the kernels' index type, for grid-stride loops.
+template <typename Index>
+__device__ inline Index first_index() { return Index(blockIdx.x) * Index(blockDim.x) + Index(threadIdx.x); }
+template <typename Index>
+__device__ inline Index grid_stride() { return Index(gridDim.x) * Index(blockDim.x); }
+
+// The per-element bodies below are __host__ __device__ so that they can be emulated on the host
+// against the CPU backend (how they were checked before any GPU ran them); kernels only loop.
+
+template <typename A>
+__host__ __device__ inline A negative_infinity() {
+#ifdef __CUDA_ARCH__
+  return std::is_same_v<A, float> ? A(-CUDART_INF_F) : A(-CUDART_INF);
+#else
+  return -std::numeric_limits<A>::infinity();
+#endif
 }
+
+// a * b rounded, never contracted into an FMA with a following addition: the CPU (ISO C++, no
+// contraction) rounds the product first.
+template <typename A>
+__host__ __device__ inline A mul_rn(A a, A b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<A, float>) return __fmul_rn(a, b);
+  else return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// The first output row (or column) whose window [o * s - p, o * s - p + k) covers input row i,
+// and the last; the range is empty when first > last (an input that no window reaches).
+template <typename Index>
+__host__ __device__ inline Index first_window(Index i, Index k, Index s, Index p) {
+  const Index a = i + p - k + 1;  // o * s >= a
+  return a <= 0 ? Index(0) : (a + s - 1) / s;
+}
+template <typename Index>
+__host__ __device__ inline Index last_window(Index i, Index s, Index p, Index out) {
+  const Index last = (i + p) / s;  // o * s <= i + p, and i + p >= 0
+  return last < out - 1 ? last : out - 1;
+}
+
+// y[o] = max of o's window of x, idx[o] = its offset ky * KW + kx in the window: the first maximum,
+// or the first NaN (a NaN wins, as in PyTorch, so a NaN input is not silently dropped).
+// x [planes, H, W], y and idx [planes, OH, OW].
+template <typename T, typename I, typename Index>
+__host__ __device__ inline void max_pool_forward_at(const T* x, T* y, I* idx, const PoolShape<Index>& g, Index o) {
+  using A = acc_t<T>;
+  const Index ox = o % g.ow, rest = o / g.ow;
+  const Index oy = rest % g.oh, p = rest / g.oh;
+  const Index y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+  const T* plane = x + p * g.h * g.w;
+  const Index ky_end = g.kh < g.h - y0 ? g.kh : g.h - y0, kx_end = g.kw < g.w - x0 ? g.kw : g.w - x0;
+  A best = negative_infinity<A>();
+  Index arg = -1;
+  bool nan = false;
+  for (Index ky = y0 < 0 ? -y0 : 0; ky < ky_end && !nan; ++ky) {
+    for (Index kx = x0 < 0 ? -x0 : 0; kx < kx_end && !nan; ++kx) {
+      const A v = widen(plane[(y0 + ky) * g.w + x0 + kx]);
+      if (arg < 0 || v > best || v != v) {
+        best = v;
+        arg = ky * g.kw + kx;
+        nan = v != v;
+      }
+    }
+  }
+  y[o] = Narrow<T>::from(best);
+  idx[o] = static_cast<I>(arg);
+}
+
+// y[o] = sum of o's window of x / (KH * KW), padding counted; summed row by row as the CPU does.
+template <typename T, typename Index>
+__host__ __device__ inline void avg_pool_forward_at(const T* x, T* y, const PoolShape<Index>& g, acc_t<T> inv_window,
+                                                    Index o) {
+  using A = acc_t<T>;
+  const Index ox = o % g.ow, rest = o / g.ow;
+  const Index oy = rest % g.oh, p = rest / g.oh;
+  const Index y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+  const T* plane = x + p * g.h * g.w;
+  const Index iy_end = y0 + g.kh < g.h ? y0 + g.kh : g.h, ix_end = x0 + g.kw < g.w ? x0 + g.kw : g.w;
+  A sum = 0;
+  for (Index iy = y0 > 0 ? y0 : 0; iy < iy_end; ++iy) {
+    for (Index ix = x0 > 0 ? x0 : 0; ix < ix_end; ++ix) sum += widen(plane[iy * g.w + ix]);
+  }
+  y[o] = Narrow<T>::from(sum * inv_window);
+}
+
+// grad_x[i] = sum of grad_y over the windows whose recorded argmax is input element i, visited in
+// row-major output order (the CPU's scatter order), so the sum matches it. An index that points
+// nowhere inside its window matches no element; max_pool_index_ok reports it.
+// grad_x [planes, H, W], grad_y and idx [planes, OH, OW].
+template <typename T, typename I, typename Index>
+__host__ __device__ inline void max_pool_backward_at(const T* grad_y, const I* idx, T* grad_x,
+                                                     const PoolShape<Index>& g, Index i) {
+  using A = acc_t<T>;
+  const Index ix = i % g.w, rest = i / g.w;
+  const Index iy = rest % g.h, p = rest / g.h;
+  const Index oy_end = last_window(iy, g.sh, g.ph, g.oh), ox_end = last_window(ix, g.sw, g.pw, g.ow);
+  const Index ox_begin = first_window(ix, g.kw, g.sw, g.pw);
+  A sum = 0;
+  for (Index oy = first_window(iy, g.kh, g.sh, g.ph); oy <= oy_end; ++oy) {
+    const Index row = (p * g.oh + oy) * g.ow, ky = iy - (oy * g.sh - g.ph);
+    for (Index ox = ox_begin; ox <= ox_end; ++ox) {
+      const Index kx = ix - (ox * g.sw - g.pw);
+      // Compared in int64: an int64 index must not wrap into a valid int32 offset.
+      if (static_cast<int64_t>(idx[row + ox]) == static_cast<int64_t>(ky * g.kw + kx)) sum += widen(grad_y[row + ox]);
+    }
+  }
+  grad_x[i] = Narrow<T>::from(sum);
+}
+
+// Whether idx[o] points inside both its window and the input (else a corrupt or foreign indices
+// tensor, which the CPU refuses).
+template <typename I, typename Index>
+__host__ __device__ inline bool max_pool_index_ok(const I* idx, const PoolShape<Index>& g, Index o) {
+  const int64_t k = static_cast<int64_t>(idx[o]);
+  if (k < 0 || k >= static_cast<int64_t>(g.kh) * g.kw) return false;
+  const Index ox = o % g.ow, oy = (o / g.ow) % g.oh;
+  const int64_t iy = static_cast<int64_t>(oy) * g.sh - g.ph + k / g.kw;
+  const int64_t ix = static_cast<int64_t>(ox) * g.sw - g.pw + k % g.kw;
+  return iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+}
+
+// grad_x[i] = sum of grad_y[o] / (KH * KW) over the windows o that cover input element i, each
+// term rounded as the CPU's scatter rounds it, in its order.
+template <typename T, typename Index>
+__host__ __device__ inline void avg_pool_backward_at(const T* grad_y, T* grad_x, const PoolShape<Index>& g,
+                                                     acc_t<T> inv_window, Index i) {
+  using A = acc_t<T>;
+  const Index ix = i % g.w, rest = i / g.w;
+  const Index iy = rest % g.h, p = rest / g.h;
+  const Index oy_end = last_window(iy, g.sh, g.ph, g.oh), ox_end = last_window(ix, g.sw, g.pw, g.ow);
+  const Index ox_begin = first_window(ix, g.kw, g.sw, g.pw);
+  A sum = 0;
+  for (Index oy = first_window(iy, g.kh, g.sh, g.ph); oy <= oy_end; ++oy) {
+    const Index row = (p * g.oh + oy) * g.ow;
+    for (Index ox = ox_begin; ox <= ox_end; ++ox) sum += mul_rn(widen(grad_y[row + ox]), inv_window);
+  }
+  grad_x[i] = Narrow<T>::from(sum);
+}
+
+// --- Kernels: grid-stride loops over n output (forward) or input (backward) elements ------------
+
+template <typename T, typename I, typename Index>
+__global__ void max_pool_forward_kernel(const T* x, T* y, I* idx, PoolShape<Index> g, Index n) {
+  for (Index o = first_index<Index>(); o < n; o += grid_stride<Index>()) max_pool_forward_at(x, y, idx, g, o);
+}
+
+template <typename T, typename Index>
+__global__ void avg_pool_forward_kernel(const T* x, T* y, PoolShape<Index> g, Index n, acc_t<T> inv_window) {
+  for (Index o = first_index<Index>(); o < n; o += grid_stride<Index>()) avg_pool_forward_at(x, y, g, inv_window, o);
+}
+
+template <typename T, typename I, typename Index>
+__global__ void max_pool_backward_kernel(const T* grad_y, const I* idx, T* grad_x, PoolShape<Index> g, Index n) {
+  for (Index i = first_index<Index>(); i < n; i += grid_stride<Index>()) {
+    max_pool_backward_at(grad_y, idx, grad_x, g, i);
+  }
+}
+
+// *first_bad = the smallest output position whose index fails max_pool_index_ok; the host set it
+// to all ones beforehand.
+template <typename I, typename Index>
+__global__ void max_pool_check_indices_kernel(const I* idx, PoolShape<Index> g, Index n,
+                                              unsigned long long* first_bad) {
+  for (Index o = first_index<Index>(); o < n; o += grid_stride<Index>()) {
+    if (!max_pool_index_ok(idx, g, o)) atomicMin(first_bad, static_cast<unsigned long long>(o));
+  }
+}
+
+template <typename T, typename Index>
+__global__ void avg_pool_backward_kernel(const T* grad_y, T* grad_x, PoolShape<Index> g, Index n, acc_t<T> inv_window) {
+  for (Index i = first_index<Index>(); i < n; i += grid_stride<Index>()) {
+    avg_pool_backward_at(grad_y, grad_x, g, inv_window, i);
+  }
+}
+
+// The CPU backend's checks, with its messages; returns the geometry in int64.
+PoolShape<int64_t> check_pool(const Pool2dArgs& a, const char* op) {
+  const TensorRef &x = a.input, &y = a.output;
+  DEMI_CHECK(x.shape.size() == 4, op, ": input must be [N, C, H, W], got ", x.shape);
+  DEMI_CHECK(a.kernel_h >= 1 && a.kernel_w >= 1 && a.stride_h >= 1 && a.stride_w >= 1, op,
+             ": need kernel >= 1 and stride >= 1, got kernel (", a.kernel_h, ", ", a.kernel_w, ") stride (",
+             a.stride_h, ", ", a.stride_w, ")");
+  DEMI_CHECK(a.pad_h >= 0 && a.pad_w >= 0 && 2 * a.pad_h <= a.kernel_h && 2 * a.pad_w <= a.kernel_w, op,
+             ": padding must be between 0 and half the kernel, got padding (", a.pad_h, ", ", a.pad_w,
+             ") for kernel (", a.kernel_h, ", ", a.kernel_w, ")");
+  DEMI_CHECK(x.dtype == y.dtype && is_floating(x.dtype), op, ": input and output must share a floating dtype, got ",
+             x.dtype, " and ", y.dtype);
+  PoolShape<int64_t> g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], 0, 0, a.kernel_h, a.kernel_w,
+                       a.stride_h, a.stride_w, a.pad_h, a.pad_w};
+  DEMI_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": kernel (", g.kh, ", ", g.kw,
+             ") is larger than the padded input ", x.shape);
+  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  const Shape expected{x.shape[0], x.shape[1], g.oh, g.ow};
+  DEMI_CHECK(y.shape == expected, op, ": output must be ", expected, " for input ", x.shape, ", got ", y.shape);
+  DEMI_CHECK(x.numel() == 0 || (x.defined() && y.defined()), op, ": input or output is undefined");
+  if (a.kind == PoolKind::Max) {
+    const DType want = g.kh * g.kw <= 256 ? DType::U8 : DType::I64;
+    DEMI_CHECK(a.indices.dtype == want, op, ": max-pool indices for a ", g.kh, "x", g.kw, " window must be ", want,
+               ", got ", a.indices.dtype);
+    DEMI_CHECK(a.indices.shape == expected, op, ": indices must be ", expected, ", got ", a.indices.shape);
+    DEMI_CHECK(y.numel() == 0 || a.indices.defined(), op, ": max pooling needs indices");
+  }
+  return g;
+}
+
+template <typename Index>
+PoolShape<Index> narrow_shape(const PoolShape<int64_t>& g) {
+  return {Index(g.planes), Index(g.h), Index(g.w), Index(g.oh), Index(g.ow),
+          Index(g.kh),     Index(g.kw), Index(g.sh), Index(g.sw), Index(g.ph), Index(g.pw)};
+}
+
+// Calls fn(Index{}) with int32_t when every flat index of input and output, plus one grid stride,
+// stays below 2^31 (the stride is at most a few hundred thousand), else with int64_t.
+template <typename Fn>
+void dispatch_index(int64_t n_in, int64_t n_out, Fn&& fn) {
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  if (n_in < kLimit && n_out < kLimit) fn(int32_t{});
+  else fn(int64_t{});
+}
+
+// Calls fn(I{}) with the indices' element type (the checks allow only U8 and I64).
+template <typename Fn>
+void dispatch_indices(DType dtype, Fn&& fn) {
+  if (dtype == DType::U8) fn(uint8_t{});
+  else fn(int64_t{});
+}
+
 }  // namespace
 
-void CudaKernels::pool2d_forward(const Pool2dArgs&) { not_yet("pool2d_forward"); }
-void CudaKernels::pool2d_backward(const Pool2dArgs&) { not_yet("pool2d_backward"); }
+// pool2d_forward: input [N, C, H, W] -> output [N, C, OH, OW] (input's dtype) and, for max,
+// indices [N, C, OH, OW] (U8 or I64). One thread per output element.
+void CudaKernels::pool2d_forward(const Pool2dArgs& args) {
+  constexpr const char* op = "pool2d_forward";
+  const PoolShape<int64_t> g64 = check_pool(args, op);
+  const int64_t n_in = args.input.numel(), n_out = args.output.numel();
+  dispatch_floating(args.input.dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    if (n_out == 0) return;
+    const DeviceGuard guard(index_);
+    const unsigned blocks = blocks_for(n_out, kThreads);
+    const T* x = args.input.as<const T>();
+    T* y = args.output.as<T>();
+    dispatch_index(n_in, n_out, [&](auto index_tag) {
+      using Index = decltype(index_tag);
+      const PoolShape<Index> g = narrow_shape<Index>(g64);
+      if (args.kind == PoolKind::Avg) {
+        const A inv_window = A(1) / static_cast<A>(g64.kh * g64.kw);  // as the CPU computes it
+        avg_pool_forward_kernel<T, Index><<<blocks, kThreads, 0, stream_>>>(x, y, g, Index(n_out), inv_window);
+        DEMI_CUDA_LAUNCH_CHECK("avg_pool_forward_kernel");
+        return;
+      }
+      dispatch_indices(args.indices.dtype, [&](auto itag) {
+        using I = decltype(itag);
+        max_pool_forward_kernel<T, I, Index><<<blocks, kThreads, 0, stream_>>>(x, y, args.indices.as<I>(), g,
+                                                                               Index(n_out));
+        DEMI_CUDA_LAUNCH_CHECK("max_pool_forward_kernel");
+      });
+    });
+  });
+}
+
+// pool2d_backward: output (= grad_y [N, C, OH, OW]) and, for max, indices -> input (= grad_x
+// [N, C, H, W]), every element written. Max pooling first checks the indices on the device; a bad
+// one costs one synchronisation to report it, as the CPU throws for it.
+void CudaKernels::pool2d_backward(const Pool2dArgs& args) {
+  constexpr const char* op = "pool2d_backward";
+  const PoolShape<int64_t> g64 = check_pool(args, op);
+  const int64_t n_in = args.input.numel(), n_out = args.output.numel();
+  dispatch_floating(args.input.dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    if (n_in == 0 && n_out == 0) return;
+    const DeviceGuard guard(index_);
+    const T* grad_y = args.output.as<const T>();
+    T* grad_x = args.input.as<T>();
+    bool checked = false;
+    dispatch_index(n_in, n_out, [&](auto index_tag) {
+      using Index = decltype(index_tag);
+      const PoolShape<Index> g = narrow_shape<Index>(g64);
+      if (args.kind == PoolKind::Avg) {
+        if (n_in == 0) return;
+        const A inv_window = A(1) / static_cast<A>(g64.kh * g64.kw);
+        avg_pool_backward_kernel<T, Index><<<blocks_for(n_in, kThreads), kThreads, 0, stream_>>>(
+            grad_y, grad_x, g, Index(n_in), inv_window);
+        DEMI_CUDA_LAUNCH_CHECK("avg_pool_backward_kernel");
+        return;
+      }
+      dispatch_indices(args.indices.dtype, [&](auto itag) {
+        using I = decltype(itag);
+        const I* idx = args.indices.as<const I>();
+        if (n_out > 0) {
+          DEMI_CUDA_CHECK(cudaMemsetAsync(report_, 0xff, sizeof(*report_), stream_));
+          max_pool_check_indices_kernel<I, Index><<<blocks_for(n_out, kThreads), kThreads, 0, stream_>>>(
+              idx, g, Index(n_out), report_);
+          DEMI_CUDA_LAUNCH_CHECK("max_pool_check_indices_kernel");
+          checked = true;
+        }
+        if (n_in > 0) {
+          max_pool_backward_kernel<T, I, Index><<<blocks_for(n_in, kThreads), kThreads, 0, stream_>>>(
+              grad_y, idx, grad_x, g, Index(n_in));
+          DEMI_CUDA_LAUNCH_CHECK("max_pool_backward_kernel");
+        }
+      });
+    });
+    if (!checked) return;
+    unsigned long long first_bad = 0;
+    DEMI_CUDA_CHECK(cudaMemcpyAsync(&first_bad, report_, sizeof(first_bad), cudaMemcpyDeviceToHost, stream_));
+    DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (first_bad == ~0ull) return;
+    const int64_t at = static_cast<int64_t>(first_bad);
+    int64_t k = 0;  // the offending index, read back to show it
+    dispatch_indices(args.indices.dtype, [&](auto itag) {
+      using I = decltype(itag);
+      I value = 0;
+      DEMI_CUDA_CHECK(cudaMemcpyAsync(&value, args.indices.as<const I>() + at, sizeof(I), cudaMemcpyDeviceToHost,
+                                      stream_));
+      DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      k = static_cast<int64_t>(value);
+    });
+    DEMI_THROW("pool2d_backward: index ", k, " at output element ", at, " does not point inside its ", g64.kh, "x",
+               g64.kw, " window of the input ", args.input.shape,
+               "; pass the indices that pool2d_forward wrote for this input");
+  });
+}
 
 }  // namespace demi::backend::cuda
