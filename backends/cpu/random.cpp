@@ -1,21 +1,6 @@
-// Counter-based random numbers: Philox-4x32-10, uniform and normal (Box-Muller). Element i depends
-// only on (seed, offset, i), never on the thread count; a CUDA kernel reproduces it as follows.
-//
-// Exact mapping, for output element i (0-based, row-major):
-//   key     = (k0, k1) = (seed & 0xffffffff, seed >> 32)
-//   counter = (c0, c1, c2, c3) = (lo32(offset + i), hi32(offset + i), 0, 0)   (64-bit wrap-around add)
-//   (x0, x1, x2, x3) = Philox4x32-10(counter, key)   (Random123's: M0 = 0xD2511F53,
-//                       M1 = 0xCD9E8D57, W0 = 0x9E3779B9, W1 = 0xBB67AE85; key bumped between rounds)
-//   uniform bits:  u24(w) = (w >> 8) * 2^-24 in [0, 1);
-//                  u53(hi, lo) = ((hi << 21) ^ (lo >> 11)) * 2^-53 in [0, 1) (64-bit hi)
-//   Uniform [a, b):  u = u53(x0, x1) for F64, u24(x0) otherwise;  v = a + (b - a) * u in double,
-//                    rounded once to the output dtype; a result that rounds up to b (or past it,
-//                    to inf) steps down one ulp, so the interval stays half-open in every dtype.
-//   Normal (a, b):   u1 = 1 - u, u2 = second uniform, with (u, u2) = (u53(x0, x1), u53(x2, x3)) for
-//                    F64 and (u24(x0), u24(x1)) otherwise (u1 in (0, 1], so log is finite);
-//                    z = sqrt(-2 ln u1) * cos(2 pi u2) in double; v = a + b * z rounded once.
-// One counter per element (the sine half of Box-Muller and x2, x3 are unused outside F64), so the
-// caller advances offset by numel between calls and every element stays independent.
+// Counter-based random numbers on the CPU: Philox-4x32-10, uniform and normal (Box-Muller), from the
+// functions of backends/philox.h (which documents the exact mapping), shared with the CUDA kernels so
+// that both devices draw the same numbers. Element i depends only on (seed, offset, i).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,11 +9,10 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/philox.h"
 
 namespace demi::backend::cpu {
 namespace {
-
-constexpr double kTwoPi = 6.283185307179586476925;
 
 // Philox4x32-10 for kLanes consecutive counters at once: round by round over the lanes, so the
 // compiler vectorises the 32x32->64 multiplies (one counter at a time leaves them scalar).
@@ -45,26 +29,12 @@ inline void philox4x32_10(uint64_t first_counter, uint64_t seed, PhiloxBlock& r)
     r.x2[j] = 0;
     r.x3[j] = 0;
   }
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    for (int j = 0; j < kLanes; ++j) {
-      const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * r.x0[j];
-      const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * r.x2[j];
-      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ r.x1[j] ^ k0;
-      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ r.x3[j] ^ k1;
-      r.x0[j] = n0;
-      r.x1[j] = static_cast<uint32_t>(p1);
-      r.x2[j] = n2;
-      r.x3[j] = static_cast<uint32_t>(p0);
-    }
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+  uint32_t k0 = philox::key_lo(seed), k1 = philox::key_hi(seed);
+  for (int round = 0; round < philox::kRounds; ++round) {
+    for (int j = 0; j < kLanes; ++j) philox::philox_round(r.x0[j], r.x1[j], r.x2[j], r.x3[j], k0, k1);
+    k0 += philox::kW0;
+    k1 += philox::kW1;
   }
-}
-
-inline double u24(uint32_t w) { return static_cast<double>(w >> 8) * 0x1p-24; }
-inline double u53(uint32_t hi, uint32_t lo) {
-  return static_cast<double>((static_cast<uint64_t>(hi) << 21) ^ (lo >> 11)) * 0x1p-53;
 }
 
 // The next T below v, for the rare uniform draw that rounds up to b (or, for a huge b, to inf).
@@ -73,11 +43,7 @@ T below(T v) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     return std::nextafter(v, -std::numeric_limits<T>::infinity());
   } else {
-    uint16_t bits = Eigen::numext::bit_cast<uint16_t>(v);
-    if ((bits & 0x7fffu) == 0) bits = 0x8001u;  // +-0 -> the smallest negative subnormal
-    else if (bits & 0x8000u) ++bits;           // negative: one step away from zero
-    else --bits;                                // positive: one step toward zero
-    return Eigen::numext::bit_cast<T>(bits);
+    return Eigen::numext::bit_cast<T>(philox::bits_below<uint16_t>(Eigen::numext::bit_cast<uint16_t>(v)));
   }
 }
 
@@ -98,18 +64,13 @@ void random_typed(const RandomArgs& args) {
       T* o = out + s;
       if (uniform) {
         for (int j = 0; j < len; ++j) {
-          const double u = kWide ? u53(r.x0[j], r.x1[j]) : u24(r.x0[j]);
-          T v = round_to<T>(a + (b - a) * u);
+          T v = round_to<T>(philox::uniform(r.x0[j], r.x1[j], kWide, a, b));
           if (!empty && static_cast<double>(static_cast<acc_t<T>>(v)) >= b) v = below(v);
           o[j] = v;
         }
       } else {
-        for (int j = 0; j < len; ++j) {
-          const double u1 = 1.0 - (kWide ? u53(r.x0[j], r.x1[j]) : u24(r.x0[j]));
-          const double u2 = kWide ? u53(r.x2[j], r.x3[j]) : u24(r.x1[j]);
-          const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2);
-          o[j] = round_to<T>(a + b * z);
-        }
+        for (int j = 0; j < len; ++j)
+          o[j] = round_to<T>(philox::normal(r.x0[j], r.x1[j], r.x2[j], r.x3[j], kWide, a, b));
       }
     }
   });

@@ -1,16 +1,271 @@
-// PLACEHOLDER: the entries of this file throw until their CUDA kernels land.
+// Fused optimizer steps on CUDA (SGD, AdamW; backends/kernels.h): one pass per parameter reads the
+// gradient, the fp32 master (when given) and the fp32 state, and writes the state and the param
+// (rounded once). The per-element math is the CPU backend's, in its order (sgd.cpp, adamw.cpp);
+// packs of 4 elements per thread when every pointer is aligned for them, one at a time otherwise.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_types.cuh"
 
 namespace demi::backend::cuda {
 
 namespace {
-[[noreturn]] void not_yet(const char* entry) {
-  DEMI_THROW(entry, " is not implemented on CUDA yet (issue: CUDA backend); run on Device::cpu()");
+
+constexpr int kThreads = 256;
+constexpr int kPack = 4;  // elements per vector access: 16 bytes of fp32, 8 of a half type
+
+// N consecutive elements, aligned so that one load or store moves them all.
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+template <int N, typename T>
+__device__ inline Pack<T, N> load(const T* p) { return *reinterpret_cast<const Pack<T, N>*>(p); }
+template <int N, typename T>
+__device__ inline void store(T* p, const Pack<T, N>& pack) { *reinterpret_cast<Pack<T, N>*>(p) = pack; }
+
+// Whether p (null: unused) allows Pack<T, kPack> accesses.
+template <typename T>
+bool pack_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kPack) == 0;
 }
+
+// The type the step is computed in (and the state's): double for F64 params, else fp32.
+template <typename T> using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// --- SGD ---------------------------------------------------------------------------------------
+
+template <typename C>
+struct SgdScalars {
+  C lr, momentum, dampening, weight_decay;
+  bool use_momentum, nesterov, first_step;
+};
+
+// Elements [i, i + N): the step of sgd.cpp, element by element.
+template <int N, typename T, typename G, typename C>
+__device__ inline void sgd_elements(const SgdScalars<C>& s, T* param, const G* grad, C* buf, float* master,
+                                    int64_t i) {
+  const Pack<G, N> grad_in = load<N>(grad + i);
+  C p[N];
+  if (master != nullptr) {
+    const Pack<float, N> m = load<N>(master + i);
+#pragma unroll
+    for (int j = 0; j < N; ++j) p[j] = static_cast<C>(m.v[j]);
+  } else {
+    const Pack<T, N> q = load<N>(param + i);
+#pragma unroll
+    for (int j = 0; j < N; ++j) p[j] = static_cast<C>(widen(q.v[j]));
+  }
+  Pack<C, N> b{};
+  if (s.use_momentum && !s.first_step) b = load<N>(buf + i);  // the first step initialises it
+  Pack<T, N> param_out;
+  Pack<float, N> master_out;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    C g = static_cast<C>(widen(grad_in.v[j])) + s.weight_decay * p[j];
+    if (s.use_momentum) {
+      const C v = s.first_step ? g : s.momentum * b.v[j] + (C(1) - s.dampening) * g;
+      b.v[j] = v;
+      g = s.nesterov ? g + s.momentum * v : v;
+    }
+    p[j] -= s.lr * g;
+    param_out.v[j] = Narrow<T>::from(p[j]);
+    master_out.v[j] = static_cast<float>(p[j]);
+  }
+  if (s.use_momentum) store<N>(buf + i, b);
+  if (master != nullptr) store<N>(master + i, master_out);
+  store<N>(param + i, param_out);
+}
+
+// param [n] of T, grad [n] of G, buf [n] of C (when momentum), master [n] fp32 or null. The first
+// `packs` packs of kPack elements go as packs (all pointers aligned), the rest one by one.
+template <typename T, typename G, typename C>
+__global__ void sgd_kernel(SgdScalars<C> s, T* param, const G* grad, C* buf, float* master, int64_t n,
+                           int64_t packs) {
+  for (int64_t k = thread_index(); k < packs; k += grid_width())
+    sgd_elements<kPack>(s, param, grad, buf, master, k * kPack);
+  for (int64_t i = packs * kPack + thread_index(); i < n; i += grid_width())
+    sgd_elements<1>(s, param, grad, buf, master, i);
+}
+
+// --- AdamW -------------------------------------------------------------------------------------
+
+template <typename C>
+struct AdamWScalars {
+  C decay, step_size, inv_sqrt_bias2, beta1, beta2, eps, one_minus_beta1, one_minus_beta2;
+};
+
+// Elements [i, i + N): the step of adamw.cpp, element by element.
+template <int N, typename T, typename G, typename C>
+__device__ inline void adamw_elements(const AdamWScalars<C>& s, T* param, const G* grad, C* exp_avg,
+                                      C* exp_avg_sq, float* master, int64_t i) {
+  const Pack<G, N> grad_in = load<N>(grad + i);
+  C p[N];
+  if (master != nullptr) {
+    const Pack<float, N> m = load<N>(master + i);
+#pragma unroll
+    for (int j = 0; j < N; ++j) p[j] = static_cast<C>(m.v[j]);
+  } else {
+    const Pack<T, N> q = load<N>(param + i);
+#pragma unroll
+    for (int j = 0; j < N; ++j) p[j] = static_cast<C>(widen(q.v[j]));
+  }
+  Pack<C, N> m = load<N>(exp_avg + i);
+  Pack<C, N> v = load<N>(exp_avg_sq + i);
+  Pack<T, N> param_out;
+  Pack<float, N> master_out;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const C g = static_cast<C>(widen(grad_in.v[j]));
+    C pj = p[j] * s.decay;
+    m.v[j] = s.beta1 * m.v[j] + s.one_minus_beta1 * g;
+    v.v[j] = s.beta2 * v.v[j] + s.one_minus_beta2 * g * g;
+    pj -= s.step_size * m.v[j] / (dmath::sqrt(v.v[j]) * s.inv_sqrt_bias2 + s.eps);
+    param_out.v[j] = Narrow<T>::from(pj);
+    master_out.v[j] = static_cast<float>(pj);
+  }
+  store<N>(exp_avg + i, m);
+  store<N>(exp_avg_sq + i, v);
+  if (master != nullptr) store<N>(master + i, master_out);
+  store<N>(param + i, param_out);
+}
+
+// param [n] of T, grad [n] of G, exp_avg and exp_avg_sq [n] of C, master [n] fp32 or null; packs as
+// in sgd_kernel.
+template <typename T, typename G, typename C>
+__global__ void adamw_kernel(AdamWScalars<C> s, T* param, const G* grad, C* exp_avg, C* exp_avg_sq,
+                             float* master, int64_t n, int64_t packs) {
+  for (int64_t k = thread_index(); k < packs; k += grid_width())
+    adamw_elements<kPack>(s, param, grad, exp_avg, exp_avg_sq, master, k * kPack);
+  for (int64_t i = packs * kPack + thread_index(); i < n; i += grid_width())
+    adamw_elements<1>(s, param, grad, exp_avg, exp_avg_sq, master, i);
+}
+
+// Threads for `packs` packs plus the n - packs * kPack elements after them.
+int64_t work_items(int64_t n, int64_t packs) {
+  const int64_t rest = n - packs * kPack;
+  return packs > rest ? packs : rest;
+}
+
 }  // namespace
 
-void CudaKernels::sgd_step(const SgdArgs&) { not_yet("sgd_step"); }
-void CudaKernels::adamw_step(const AdamWArgs&) { not_yet("adamw_step"); }
+// sgd_step: param [any shape] of a floating dtype, grad with its numel (any floating dtype),
+// momentum_buffer (when momentum != 0) and master (optional) as in SgdArgs; one fused pass.
+void CudaKernels::sgd_step(const SgdArgs& args) {
+  constexpr const char* op = "sgd_step";
+  const TensorRef& param = args.param;
+  const TensorRef& grad = args.grad;
+  DEMI_CHECK(param.defined() && grad.defined(), op, ": param and grad are required");
+  DEMI_CHECK(grad.numel() == param.numel(), op, ": grad ", grad.shape, " does not match param ", param.shape);
+  DEMI_CHECK(args.lr >= 0.0 && args.momentum >= 0.0 && args.weight_decay >= 0.0, op,
+             ": lr, momentum and weight_decay must be >= 0, got lr = ", args.lr, ", momentum = ", args.momentum,
+             ", weight_decay = ", args.weight_decay);
+  DEMI_CHECK(!args.nesterov || (args.momentum > 0.0 && args.dampening == 0.0), op,
+             ": nesterov needs momentum > 0 and dampening = 0, got momentum = ", args.momentum,
+             ", dampening = ", args.dampening);
+  const DType state_dtype = param.dtype == DType::F64 ? DType::F64 : DType::F32;
+  const bool use_momentum = args.momentum != 0.0;
+  if (use_momentum) {
+    const TensorRef& buf = args.momentum_buffer;
+    DEMI_CHECK(buf.defined(), op, ": momentum = ", args.momentum,
+               " needs a momentum_buffer shaped like param ", param.shape);
+    DEMI_CHECK(buf.numel() == param.numel() && buf.dtype == state_dtype, op, ": momentum_buffer ", buf.shape,
+               " ", buf.dtype, " must be ", param.shape, " ", state_dtype, " for a ", param.dtype, " param");
+  }
+  const bool has_master = args.master.defined();
+  if (has_master) {
+    DEMI_CHECK(param.dtype != DType::F64, op, ": a float32 master copy of a float64 param would lose precision; "
+               "pass no master for float64 params");
+    DEMI_CHECK(args.master.dtype == DType::F32 && args.master.numel() == param.numel(), op, ": master ",
+               args.master.shape, " ", args.master.dtype, " must be float32 shaped like param ", param.shape);
+  }
+  const int64_t n = param.numel();
+  dispatch_floating(param.dtype, op, [&](auto ptag) {
+    dispatch_floating(grad.dtype, op, [&](auto gtag) {
+      using T = typename decltype(ptag)::type;
+      using G = typename decltype(gtag)::type;
+      using C = compute_t<T>;
+      if (n == 0) return;
+      SgdScalars<C> s;
+      s.lr = static_cast<C>(args.lr);
+      s.momentum = static_cast<C>(args.momentum);
+      s.dampening = static_cast<C>(args.dampening);
+      s.weight_decay = static_cast<C>(args.weight_decay);
+      s.use_momentum = use_momentum;
+      s.nesterov = args.nesterov;
+      s.first_step = args.first_step;
+      C* buf = use_momentum ? args.momentum_buffer.as<C>() : nullptr;
+      float* master = has_master ? args.master.as<float>() : nullptr;
+      const bool aligned = pack_aligned<T>(param.data) && pack_aligned<G>(grad.data) && pack_aligned<C>(buf) &&
+                           pack_aligned<float>(master);
+      const int64_t packs = aligned ? n / kPack : 0;
+      const DeviceGuard guard(index_);
+      sgd_kernel<T, G, C><<<blocks_for(work_items(n, packs), kThreads), kThreads, 0, stream_>>>(
+          s, param.as<T>(), grad.as<const G>(), buf, master, n, packs);
+      DEMI_CUDA_LAUNCH_CHECK("sgd_kernel");
+    });
+  });
+}
+
+// adamw_step: param [any shape] of a floating dtype, grad with its numel (any floating dtype),
+// exp_avg / exp_avg_sq (fp32, F64 for an F64 param) and master (optional) as in AdamWArgs.
+void CudaKernels::adamw_step(const AdamWArgs& args) {
+  constexpr const char* op = "adamw_step";
+  const TensorRef& param = args.param;
+  DEMI_CHECK(param.defined() && args.grad.defined(), op, ": param and grad are required");
+  DEMI_CHECK(args.grad.numel() == param.numel(), op, ": grad ", args.grad.shape, " does not match param ", param.shape);
+  DEMI_CHECK(args.lr >= 0.0 && args.weight_decay >= 0.0 && args.eps >= 0.0 && args.beta1 >= 0.0 && args.beta1 < 1.0 &&
+                 args.beta2 >= 0.0 && args.beta2 < 1.0 && args.step >= 1,
+             op, ": need lr, weight_decay, eps >= 0, betas in [0, 1) and step >= 1");
+  const DType state_dtype = param.dtype == DType::F64 ? DType::F64 : DType::F32;
+  for (const TensorRef* moment : {&args.exp_avg, &args.exp_avg_sq}) {
+    DEMI_CHECK(moment->defined() && moment->numel() == param.numel() && moment->dtype == state_dtype, op,
+               ": moments must be ", state_dtype, " shaped like param ", param.shape);
+  }
+  const bool has_master = args.master.defined();
+  if (has_master) {
+    DEMI_CHECK(param.dtype != DType::F64 && args.master.dtype == DType::F32 && args.master.numel() == param.numel(),
+               op, ": master must be float32 shaped like param ", param.shape, " (and param not float64)");
+  }
+  // The scalars exactly as adamw.cpp derives them, on the host, in double, then rounded to C.
+  const double bias1 = 1.0 - std::pow(args.beta1, static_cast<double>(args.step));
+  const double bias2 = 1.0 - std::pow(args.beta2, static_cast<double>(args.step));
+  const int64_t n = param.numel();
+  dispatch_floating(param.dtype, op, [&](auto ptag) {
+    dispatch_floating(args.grad.dtype, op, [&](auto gtag) {
+      using T = typename decltype(ptag)::type;
+      using G = typename decltype(gtag)::type;
+      using C = compute_t<T>;
+      if (n == 0) return;
+      AdamWScalars<C> s;
+      s.decay = static_cast<C>(1.0 - args.lr * args.weight_decay);
+      s.step_size = static_cast<C>(args.lr / bias1);
+      s.inv_sqrt_bias2 = static_cast<C>(1.0 / std::sqrt(bias2));
+      s.beta1 = static_cast<C>(args.beta1);
+      s.beta2 = static_cast<C>(args.beta2);
+      s.eps = static_cast<C>(args.eps);
+      // 1 - beta in double, then rounded, as the CPU (see adamw.cpp).
+      s.one_minus_beta1 = static_cast<C>(1.0 - args.beta1);
+      s.one_minus_beta2 = static_cast<C>(1.0 - args.beta2);
+      C* exp_avg = args.exp_avg.as<C>();
+      C* exp_avg_sq = args.exp_avg_sq.as<C>();
+      float* master = has_master ? args.master.as<float>() : nullptr;
+      const bool aligned = pack_aligned<T>(param.data) && pack_aligned<G>(args.grad.data) &&
+                           pack_aligned<C>(exp_avg) && pack_aligned<C>(exp_avg_sq) && pack_aligned<float>(master);
+      const int64_t packs = aligned ? n / kPack : 0;
+      const DeviceGuard guard(index_);
+      adamw_kernel<T, G, C><<<blocks_for(work_items(n, packs), kThreads), kThreads, 0, stream_>>>(
+          s, param.as<T>(), args.grad.as<const G>(), exp_avg, exp_avg_sq, master, n, packs);
+      DEMI_CUDA_LAUNCH_CHECK("adamw_kernel");
+    });
+  });
+}
 
 }  // namespace demi::backend::cuda
