@@ -4,7 +4,8 @@ net, precision, batch, demi img/s, torch img/s, demi/torch. Used by scripts/benc
 
 torch's best layout is the fair opponent: for fp32 the faster of fp32 and fp32_cl (channels_last),
 for bf16 the faster of bf16 and bf16_cl; fp16 is fp16 alone.
-Usage: compare_bench.py --demi a.json [b.json ...] --torch c.json [d.json ...] [--json merged.json]
+Usage: compare_bench.py [--device cpu|cuda] --demi a.json [b.json ...] --torch c.json [d.json ...]
+                        [--json merged.json]
 """
 import argparse
 import json
@@ -24,12 +25,12 @@ def load(paths):
     return out
 
 
-def demi_rows(runs):
-    """(net, precision, batch) -> demi row, CPU rows only (torch_reference runs on the CPU here)."""
+def demi_rows(runs, device):
+    """(net, precision, batch) -> demi row, rows of `device` only (torch_reference ran on one device)."""
     rows = {}
     for run in runs:
         for r in run.get("rows", []):
-            if r.get("device") == "cpu" and "img_s" in r:
+            if r.get("device", "").split(":")[0] == device and "img_s" in r:
                 rows[(r["net"], r["precision"], r["batch"])] = r
     return rows
 
@@ -48,19 +49,21 @@ def torch_best(runs, net, precision, batch):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which of demi's rows to compare")
     ap.add_argument("--demi", nargs="*", default=[])
     ap.add_argument("--torch", nargs="*", default=[])
     ap.add_argument("--json", help="also write the merged rows here")
     a = ap.parse_args()
     demi_runs, torch_runs = load(a.demi), load(a.torch)
-    rows = demi_rows(demi_runs)
+    rows = demi_rows(demi_runs, a.device)
     if not rows:
         print("compare_bench: no demi results to compare", file=sys.stderr)
         return 1
 
     threads = sorted({r.get("threads") for r in demi_runs + torch_runs})
     versions = sorted({r.get("torch", "?") for r in torch_runs})
-    print(f"\ndemi vs PyTorch {', '.join(versions) or '(no torch results)'}, CPU, threads {threads}; "
+    where = "CPU, threads " + str(threads) if a.device == "cpu" else "CUDA"
+    print(f"\ndemi vs PyTorch {', '.join(versions) or '(no torch results)'}, {where}; "
           f"one training step, median of timed steps (higher img/s is better)")
     header = f"{'net':9s} {'precision':9s} {'batch':>5s} {'demi img/s':>11s} {'torch img/s':>12s} {'torch mode':>10s} " \
              f"{'demi/torch':>10s}"

@@ -1,0 +1,137 @@
+// Every op of the op table on cuda:0 against the same op on the CPU: the forward result and the
+// gradient of every input, in float32 and in both half formats, from the same random inputs and
+// the same random output gradient. Skips (one line) without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backends/kernels.h"
+#include "framework/demi/demi.h"
+#include "framework/ops/op.h"
+
+namespace demi {
+namespace {
+
+constexpr const char* kNoDevice = "no CUDA device (cuda_device_count() == 0)";
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+struct OpCase {
+  std::string op;  // the op-table name
+  std::vector<Shape> shapes;
+  Fn fn;
+  bool positive = false;  // inputs in (0.3, 3): log, sqrt, pow
+};
+
+std::vector<OpCase> cases() {
+  // Labels live on the device of the logits: the case moves them.
+  auto labels_like = [](const Tensor& logits) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < logits.size(0); ++i) v.push_back((i * 7 + 3) % logits.size(1));
+    return tensor(v, {logits.size(0)}).to(logits.device());
+  };
+  return {
+      {"add", {{37, 19}, {19}}, [](auto& in) { return in[0] + in[1]; }},
+      {"sub", {{5, 1, 7}, {3, 7}}, [](auto& in) { return in[0] - in[1]; }},
+      {"mul", {{64, 33}, {64, 33}}, [](auto& in) { return in[0] * in[1]; }},
+      {"div", {{8, 9}, {9}}, [](auto& in) { return in[0] / in[1]; }, true},
+      {"neg", {{1000}}, [](auto& in) { return -in[0]; }},
+      {"affine", {{3, 333}}, [](auto& in) { return in[0] * 0.75 + 2.0; }},
+      {"exp", {{17, 17}}, [](auto& in) { return exp(in[0]); }},
+      {"log", {{17, 17}}, [](auto& in) { return log(in[0]); }, true},
+      {"sqrt", {{17, 17}}, [](auto& in) { return sqrt(in[0]); }, true},
+      {"pow", {{17, 17}}, [](auto& in) { return pow(in[0], 1.5); }, true},
+      {"relu", {{4, 8, 9, 9}}, [](auto& in) { return relu(in[0]); }},
+      {"gelu", {{4, 8, 9, 9}}, [](auto& in) { return gelu(in[0]); }},
+      {"sum", {{6, 5, 7}}, [](auto& in) { return sum(in[0], {0, 2}); }},
+      {"mean", {{6, 5, 7}}, [](auto& in) { return mean(in[0], {1}, true); }},
+      {"reshape", {{6, 5, 7}}, [](auto& in) { return in[0].reshape({30, 7}) * 2.0; }},
+      {"cast", {{6, 5}}, [](auto& in) { return in[0].to(DType::F64).to(in[0].dtype()); }},
+      {"to_device", {{6, 5}}, [](auto& in) { return in[0].to(Device::cpu()).to(in[0].device()); }},
+      {"matmul", {{3, 33, 65}, {65, 17}}, [](auto& in) { return matmul(in[0], in[1]); }},
+      {"linear", {{31, 48}, {20, 48}, {20}}, [](auto& in) { return linear(in[0], in[1], in[2]); }},
+      {"conv2d", {{4, 5, 11, 11}, {7, 5, 3, 3}, {7}}, [](auto& in) { return conv2d(in[0], in[1], in[2], 2, 1); }},
+      {"max_pool2d", {{3, 4, 9, 9}}, [](auto& in) { return max_pool2d(in[0], 3, 2, 1); }},
+      {"avg_pool2d", {{3, 4, 8, 8}}, [](auto& in) { return avg_pool2d(in[0], 2); }},
+      {"batch_norm", {{8, 6, 5, 5}, {6}, {6}},
+       [](auto& in) {
+         BatchNormOptions o;
+         o.training = true;
+         return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], o);
+       }},
+      {"softmax", {{9, 1000}}, [](auto& in) { return softmax(in[0]); }},
+      {"log_softmax", {{9, 10}}, [](auto& in) { return log_softmax(in[0]); }},
+      {"cross_entropy", {{33, 10}},
+       [labels_like](auto& in) {
+         CrossEntropyOptions o;
+         o.label_smoothing = 0.1;
+         return cross_entropy(in[0], labels_like(in[0]), o);
+       }},
+  };
+}
+
+// |got - want| <= tol * (max |want| over the tensor): summation orders differ between the backends
+// (cuBLASLt, cuDNN, tree reductions), so errors scale with the tensor's magnitude, not each element's.
+void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = got.to(DType::F64).to(Device::cpu()).to_vector<double>();
+  const std::vector<double> w = want.to(DType::F64).to_vector<double>();
+  double scale = 0;
+  for (double v : w) scale = std::max(scale, std::fabs(v));
+  int reported = 0;
+  for (size_t i = 0; i < g.size() && reported < 5; ++i) {
+    if (std::fabs(g[i] - w[i]) <= tol * std::max(scale, 1e-30)) continue;
+    ADD_FAILURE() << what << ": element " << i << " is " << g[i] << " on CUDA, " << w[i] << " on the CPU (scale "
+                  << scale << ", tol " << tol << ")";
+    ++reported;
+  }
+}
+
+TEST(OpsCuda, EveryOpMatchesTheCpuForwardAndBackward) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  const Device gpu = Device::cuda(0);
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    // fp32: 1e-5 of the magnitude; halves: a few units of the format's epsilon, since each backend
+    // rounds its (differently ordered) fp32 result once into the format.
+    const double tol = dtype == DType::F32 ? 1e-5 : dtype == DType::BF16 ? 3 * 0x1p-8 : 3 * 0x1p-11;
+    for (const OpCase& c : cases()) {
+      SCOPED_TRACE(c.op + " in " + dtype_name(dtype));
+      Generator gen(17);
+      std::vector<Tensor> on_cpu, on_gpu;
+      for (const Shape& s : c.shapes) {
+        Tensor x = randn(s, gen);
+        if (c.positive) x = exp(x * 0.3);
+        x = x.to(dtype);
+        on_cpu.push_back(x.clone().requires_grad_());
+        on_gpu.push_back(x.to(gpu).requires_grad_());
+      }
+      const Tensor y_cpu = c.fn(on_cpu), y_gpu = c.fn(on_gpu);
+      ASSERT_EQ(y_gpu.device(), gpu);
+      ASSERT_EQ(y_gpu.dtype(), y_cpu.dtype());
+      expect_close(y_gpu, y_cpu, tol, "forward");
+      const Tensor grad_y = randn(y_cpu.shape(), gen).to(y_cpu.dtype());
+      y_cpu.backward(grad_y);
+      y_gpu.backward(grad_y.to(gpu));
+      for (size_t i = 0; i < on_cpu.size(); ++i) {
+        ASSERT_TRUE(on_gpu[i].grad().defined()) << "input " << i << " got no gradient on CUDA";
+        EXPECT_EQ(on_gpu[i].grad().device(), gpu);
+        expect_close(on_gpu[i].grad(), on_cpu[i].grad(), tol, "gradient of input " + std::to_string(i));
+      }
+    }
+  }
+}
+
+TEST(OpsCuda, EveryOpOfTheTableHasACase) {
+  std::set<std::string> covered;
+  for (const OpCase& c : cases()) covered.insert(c.op);
+  for (const ops::OpInfo& op : ops::all_ops())
+    EXPECT_TRUE(covered.count(op.name)) << op.name << " has no CUDA-vs-CPU case in " << __FILE__;
+}
+
+}  // namespace
+}  // namespace demi
