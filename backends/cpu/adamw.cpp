@@ -6,6 +6,7 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
 namespace {
@@ -44,22 +45,9 @@ void adamw_typed(const AdamWArgs& args) {
 
 void CpuKernels::adamw_step(const AdamWArgs& args) {
   constexpr const char* op = "adamw_step";
+  check_adamw_step(args);
   const TensorRef& param = args.param;
-  DEMI_CHECK(param.defined() && args.grad.defined(), op, ": param and grad are required");
-  DEMI_CHECK(args.grad.numel() == param.numel(), op, ": grad ", args.grad.shape, " does not match param ", param.shape);
-  DEMI_CHECK(args.lr >= 0.0 && args.weight_decay >= 0.0 && args.eps >= 0.0 && args.beta1 >= 0.0 && args.beta1 < 1.0 &&
-                 args.beta2 >= 0.0 && args.beta2 < 1.0 && args.step >= 1,
-             op, ": need lr, weight_decay, eps >= 0, betas in [0, 1) and step >= 1");
-  const DType state_dtype = param.dtype == DType::F64 ? DType::F64 : DType::F32;
-  for (const TensorRef* moment : {&args.exp_avg, &args.exp_avg_sq}) {
-    DEMI_CHECK(moment->defined() && moment->numel() == param.numel() && moment->dtype == state_dtype, op,
-               ": moments must be ", state_dtype, " shaped like param ", param.shape);
-  }
   const bool has_master = args.master.defined();
-  if (has_master) {
-    DEMI_CHECK(param.dtype != DType::F64 && args.master.dtype == DType::F32 && args.master.numel() == param.numel(),
-               op, ": master must be float32 shaped like param ", param.shape, " (and param not float64)");
-  }
   dispatch_floating(param.dtype, op, [&](auto ptag) {
     dispatch_floating(args.grad.dtype, op, [&](auto gtag) {
       using T = decltype(ptag);

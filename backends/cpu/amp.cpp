@@ -5,6 +5,7 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
 namespace {
@@ -30,19 +31,13 @@ bool unscale_one(const TensorRef& in, const TensorRef& out, float inv_scale) {
 }  // namespace
 
 void CpuKernels::unscale_check_finite(const UnscaleArgs& args) {
-  DEMI_CHECK(args.in.size() == args.out.size(), "unscale_check_finite: ", args.in.size(), " inputs but ",
-             args.out.size(), " outputs");
-  DEMI_CHECK(args.inv_scale.dtype == DType::F32 && args.inv_scale.numel() == 1 && args.found_inf.dtype == DType::F32 &&
-                 args.found_inf.numel() == 1,
-             "unscale_check_finite: inv_scale and found_inf must be one-element float32 tensors");
+  check_unscale_args(args);
   const float inv_scale = *args.inv_scale.as<float>();
   bool found = false;
   for (size_t i = 0; i < args.in.size(); ++i) {
     const TensorRef& in = args.in[i];
     const TensorRef& out = args.out[i];
-    DEMI_CHECK(in.numel() == out.numel() && (out.dtype == in.dtype || out.dtype == DType::F32),
-               "unscale_check_finite: gradient ", i, " (", in.dtype, " ", in.shape, ") cannot be unscaled into ",
-               out.dtype, " ", out.shape, "; the target must have its size and its dtype or float32");
+    check_unscale_target(i, in, out);
     dispatch_floating(in.dtype, "unscale_check_finite", [&](auto in_tag) {
       using In = decltype(in_tag);
       if (out.dtype == in.dtype) {
@@ -56,9 +51,7 @@ void CpuKernels::unscale_check_finite(const UnscaleArgs& args) {
 }
 
 void CpuKernels::update_scale(const ScaleUpdateArgs& args) {
-  DEMI_CHECK(args.scale.dtype == DType::F32 && args.growth_tracker.dtype == DType::I64 &&
-                 args.found_inf.dtype == DType::F32,
-             "update_scale: scale and found_inf must be float32 and growth_tracker int64");
+  check_update_scale(args);
   float& scale = *args.scale.as<float>();
   int64_t& tracker = *args.growth_tracker.as<int64_t>();
   if (*args.found_inf.as<float>() != 0.0f) {

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
 namespace {
@@ -16,35 +17,6 @@ template <typename T>
 using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
 using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-
-struct BnGeom {
-  int64_t n, c, hw;
-  int64_t count() const { return n * hw; }
-};
-
-// The dtype of statistics and affine parameters for an input dtype.
-DType stats_dtype(DType input) { return input == DType::F64 ? DType::F64 : DType::F32; }
-
-void check_param(const TensorRef& t, const char* name, const BnGeom& g, DType want, const char* op) {
-  if (!t.defined()) return;
-  DEMI_CHECK(t.dtype == want, op, ": ", name, " must be ", want, " for this input, got ", t.dtype,
-             " (statistics and affine parameters stay fp32 for half inputs)");
-  DEMI_CHECK(t.numel() == g.c, op, ": ", name, " must have C = ", g.c, " elements, got shape ", t.shape);
-}
-
-void check_like(const TensorRef& t, const TensorRef& x, const char* name, const char* op) {
-  if (!t.defined()) return;
-  DEMI_CHECK(t.shape == x.shape && t.dtype == x.dtype, op, ": ", name, " must match the input (", x.shape, " ",
-             x.dtype, "), got ", t.shape, " ", t.dtype);
-}
-
-BnGeom check_input(const TensorRef& x, const char* op) {
-  DEMI_CHECK(x.shape.size() == 2 || x.shape.size() == 4, op, ": input must be [N, C] or [N, C, H, W], got ",
-             x.shape);
-  DEMI_CHECK(is_floating(x.dtype), op, ": input must be floating, got ", x.dtype);
-  DEMI_CHECK(x.numel() == 0 || x.defined(), op, ": input is undefined");
-  return {x.shape[0], x.shape[1], x.shape.size() == 4 ? x.shape[2] * x.shape[3] : 1};
-}
 
 // Plane (n, c) of x as acc_t<T>: in place for fp32/fp64, else widened into this thread's `slot`.
 template <typename T>
@@ -206,40 +178,13 @@ void dispatch_bn(DType dtype, const char* op, Fn&& fn) {
 
 void CpuKernels::batch_norm_forward(const BatchNormArgs& args) {
   constexpr const char* op = "batch_norm_forward";
-  const BnGeom g = check_input(args.input, op);
-  DEMI_CHECK(args.output.defined() || args.input.numel() == 0, op, ": output is undefined");
-  check_like(args.output, args.input, "output", op);
-  const DType s = stats_dtype(args.input.dtype);
-  check_param(args.weight, "weight", g, s, op);
-  check_param(args.bias, "bias", g, s, op);
-  check_param(args.running_mean, "running_mean", g, s, op);
-  check_param(args.running_var, "running_var", g, s, op);
-  if (args.mode == BatchNormMode::Train) {
-    check_param(args.save_mean, "save_mean", g, s, op);
-    check_param(args.save_invstd, "save_invstd", g, s, op);
-    DEMI_CHECK(g.count() > 1, op, ": training needs more than one value per channel to estimate a variance, got input ",
-               args.input.shape, "; use a larger batch or eval mode");
-  } else {
-    DEMI_CHECK(args.running_mean.defined() && args.running_var.defined(), op,
-               ": eval mode normalises with running_mean and running_var; pass both");
-  }
+  const BnGeom g = check_batch_norm_forward(args);
   dispatch_bn(args.input.dtype, op, [&](auto t, auto st) { forward<decltype(t), decltype(st)>(args, g); });
 }
 
 void CpuKernels::batch_norm_backward(const BatchNormArgs& args) {
   constexpr const char* op = "batch_norm_backward";
-  const BnGeom g = check_input(args.input, op);
-  DEMI_CHECK(args.grad_output.defined() || args.input.numel() == 0, op, ": grad_output is undefined");
-  check_like(args.grad_output, args.input, "grad_output", op);
-  check_like(args.grad_input, args.input, "grad_input", op);
-  const DType s = stats_dtype(args.input.dtype);
-  check_param(args.weight, "weight", g, s, op);
-  check_param(args.grad_weight, "grad_weight", g, s, op);
-  check_param(args.grad_bias, "grad_bias", g, s, op);
-  check_param(args.save_mean, "save_mean", g, s, op);
-  check_param(args.save_invstd, "save_invstd", g, s, op);
-  DEMI_CHECK(args.save_mean.defined() && args.save_invstd.defined(), op,
-             ": needs save_mean and save_invstd from the training-mode forward");
+  const BnGeom g = check_batch_norm_backward(args);
   dispatch_bn(args.input.dtype, op, [&](auto t, auto st) { backward<decltype(t), decltype(st)>(args, g); });
 }
 

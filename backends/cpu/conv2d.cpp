@@ -12,6 +12,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/packed_gemm.h"
 #include "backends/cpu/winograd.h"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
 namespace {
@@ -39,47 +40,6 @@ enum Slot {
   kSlotWinograd = 10,  // backward-weight's per-thread dU sums, taken before the loop
   kSlotWide = 11,      // a half plane widened to fp32 for the Winograd transforms, inside the loop
 };
-
-struct ConvGeom {
-  int64_t n, c, h, w, o, kh, kw, oh, ow;
-  int64_t sh, sw, ph, pw;
-  int64_t ckk() const { return c * kh * kw; }
-  int64_t plane() const { return oh * ow; }
-  // A 1x1 convolution with stride 1 and no padding reads the image itself as its column matrix.
-  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
-};
-
-ConvGeom check_conv(const Conv2dArgs& a, const char* op) {
-  const TensorRef &x = a.input, &wt = a.weight, &y = a.output;
-  DEMI_CHECK(x.shape.size() == 4, op, ": input must be [N, C, H, W], got ", x.shape);
-  DEMI_CHECK(wt.shape.size() == 4, op, ": weight must be [O, C, KH, KW], got ", wt.shape);
-  DEMI_CHECK(y.shape.size() == 4, op, ": output must be [N, O, OH, OW], got ", y.shape);
-  DEMI_CHECK(a.stride_h >= 1 && a.stride_w >= 1 && a.pad_h >= 0 && a.pad_w >= 0, op,
-             ": need stride >= 1 and padding >= 0, got stride (", a.stride_h, ", ", a.stride_w, ") padding (",
-             a.pad_h, ", ", a.pad_w, ")");
-  DEMI_CHECK(x.dtype == wt.dtype && x.dtype == y.dtype, op, ": input, weight and output must share a dtype, got ",
-             x.dtype, ", ", wt.dtype, " and ", y.dtype, "; cast them first");
-  DEMI_CHECK(is_floating(x.dtype), op, ": dtype must be floating, got ", x.dtype);
-  ConvGeom g{x.shape[0], x.shape[1], x.shape[2], x.shape[3], wt.shape[0], wt.shape[2], wt.shape[3], 0, 0,
-             a.stride_h, a.stride_w, a.pad_h, a.pad_w};
-  DEMI_CHECK(wt.shape[1] == g.c, op, ": weight ", wt.shape, " expects ", wt.shape[1], " input channels, but input ",
-             x.shape, " has ", g.c, " (groups are not supported)");
-  DEMI_CHECK(g.kh >= 1 && g.kw >= 1 && g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": kernel ", g.kh,
-             "x", g.kw, " does not fit the padded input ", x.shape, " with padding (", g.ph, ", ", g.pw, ")");
-  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
-  const Shape expected{g.n, g.o, g.oh, g.ow};
-  DEMI_CHECK(y.shape == expected, op, ": output must be ", expected, " for input ", x.shape, ", weight ", wt.shape,
-             ", stride (", g.sh, ", ", g.sw, ") and padding (", g.ph, ", ", g.pw, "), got ", y.shape);
-  DEMI_CHECK(g.n * g.c * g.h * g.w == 0 || x.defined(), op, ": input is undefined");
-  DEMI_CHECK(g.o * g.ckk() == 0 || wt.defined(), op, ": weight is undefined");
-  DEMI_CHECK(g.n * g.o * g.plane() == 0 || y.defined(), op, ": output is undefined");
-  if (a.bias.defined()) {
-    DEMI_CHECK(is_floating(a.bias.dtype), op, ": bias must be floating, got ", a.bias.dtype);
-    DEMI_CHECK(a.bias.numel() == g.o, op, ": bias must be [", g.o, "], got ", a.bias.shape);
-  }
-  return g;
-}
 
 int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 
@@ -728,17 +688,17 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
 }  // namespace
 
 void CpuKernels::conv2d_forward(const Conv2dArgs& args) {
-  const ConvGeom g = check_conv(args, "conv2d_forward");
+  const ConvGeom g = check_conv2d(args, "conv2d_forward");
   dispatch_floating(args.input.dtype, "conv2d_forward", [&](auto tag) { forward<decltype(tag)>(args, g); });
 }
 
 void CpuKernels::conv2d_backward_data(const Conv2dArgs& args) {
-  const ConvGeom g = check_conv(args, "conv2d_backward_data");
+  const ConvGeom g = check_conv2d(args, "conv2d_backward_data");
   dispatch_floating(args.input.dtype, "conv2d_backward_data", [&](auto tag) { backward_data<decltype(tag)>(args, g); });
 }
 
 void CpuKernels::conv2d_backward_weight(const Conv2dArgs& args) {
-  const ConvGeom g = check_conv(args, "conv2d_backward_weight");
+  const ConvGeom g = check_conv2d(args, "conv2d_backward_weight");
   dispatch_floating(args.input.dtype, "conv2d_backward_weight",
                     [&](auto tag) { backward_weight<decltype(tag)>(args, g); });
 }

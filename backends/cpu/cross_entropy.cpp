@@ -8,24 +8,16 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
 namespace {
 
-// Shapes, dtypes and labels shared by forward and backward; returns nothing, throws on bad input.
-void check_inputs(const char* op, const CrossEntropyArgs& args) {
-  const TensorRef& logits = args.logits;
-  const TensorRef& target = args.target;
-  DEMI_CHECK(logits.shape.size() == 2, op, ": logits must be [N, K], got ", logits.shape,
-             "; flatten the leading dims first");
-  DEMI_CHECK(is_floating(logits.dtype), op, ": logits must be floating, got ", logits.dtype);
-  DEMI_CHECK(target.dtype == DType::I64, op, ": target must be int64 class indices, got ", target.dtype);
-  DEMI_CHECK(target.shape == Shape{logits.shape[0]}, op, ": target ", target.shape,
-             " must be [N] for logits ", logits.shape);
-  DEMI_CHECK(args.label_smoothing >= 0.0 && args.label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
-             args.label_smoothing);
-  const int64_t N = logits.shape[0], K = logits.shape[1];
-  const int64_t* t = target.as<int64_t>();
+// The shared checks (backends/kernel_checks.h), then every label, here on the host.
+void check_inputs_and_labels(const char* op, const CrossEntropyArgs& args) {
+  check_cross_entropy_inputs(op, args);
+  const int64_t N = args.logits.shape[0], K = args.logits.shape[1];
+  const int64_t* t = args.target.as<int64_t>();
   for (int64_t n = 0; n < N; ++n) {
     DEMI_CHECK(t[n] >= 0 && t[n] < K, op, ": target[", n, "] = ", t[n], " is out of range for ", K,
                " classes; labels must be in [0, ", K, ")");
@@ -48,11 +40,9 @@ void row_stats(const T* row, int64_t K, acc_t<T>& max, double& sum_exp) {
 
 void CpuKernels::cross_entropy_forward(const CrossEntropyArgs& args) {
   constexpr const char* op = "cross_entropy";
-  check_inputs(op, args);
-  const DType loss_dtype = args.logits.dtype == DType::F64 ? DType::F64 : DType::F32;
-  DEMI_CHECK(args.loss.defined() && args.loss.shape.empty() && args.loss.dtype == loss_dtype, op,
-             ": loss must be a 0-d ", loss_dtype, " tensor for ", args.logits.dtype, " logits, got ",
-             args.loss.shape, " ", args.loss.dtype);
+  check_inputs_and_labels(op, args);
+  check_cross_entropy_loss(op, args);
+  const DType loss_dtype = cross_entropy_loss_dtype(args.logits.dtype);
   const int64_t N = args.logits.shape[0], K = args.logits.shape[1];
   const double s = args.label_smoothing;
   const int64_t* target = args.target.as<int64_t>();
@@ -86,13 +76,8 @@ void CpuKernels::cross_entropy_forward(const CrossEntropyArgs& args) {
 
 void CpuKernels::cross_entropy_backward(const CrossEntropyArgs& args) {
   constexpr const char* op = "cross_entropy_backward";
-  check_inputs(op, args);
-  DEMI_CHECK(args.grad_logits.defined() && args.grad_logits.shape == args.logits.shape &&
-                 args.grad_logits.dtype == args.logits.dtype,
-             op, ": grad_logits must be ", args.logits.shape, " ", args.logits.dtype, " like logits, got ",
-             args.grad_logits.shape, " ", args.grad_logits.dtype);
-  DEMI_CHECK(args.grad_loss.defined() && args.grad_loss.numel() == 1 && args.grad_loss.shape.empty(), op,
-             ": grad_loss must be a 0-d tensor, got ", args.grad_loss.shape);
+  check_inputs_and_labels(op, args);
+  check_cross_entropy_grads(op, args);
   double grad_loss = 0.0;
   dispatch_floating(args.grad_loss.dtype, op, [&](auto tag) {
     using G = decltype(tag);

@@ -5,6 +5,7 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
 namespace {
@@ -40,11 +41,6 @@ void gemm_one(const T* a, const T* b, T* c, const T* bias, const GemmArgs& g) {
   if (bias) C.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, n);
 }
 
-// Elements a batched operand spans: one matrix when it is shared (stride 0) or batch is 1.
-int64_t span(int64_t batch, int64_t stride, int64_t matrix) {
-  return (batch == 1 || stride == 0) ? matrix : (batch - 1) * stride + matrix;
-}
-
 // Converts n elements into a scratch buffer of type To (or returns src when it already is To).
 template <typename To>
 const To* as_compute(const TensorRef& t, int64_t n, int slot) {
@@ -61,7 +57,7 @@ const To* as_compute(const TensorRef& t, int64_t n, int slot) {
 template <typename T>
 void gemm_typed(const GemmArgs& g) {
   const int64_t mk = g.m * g.k, kn = g.k * g.n, mn = g.m * g.n;
-  const int64_t span_a = span(g.batch, g.stride_a, mk), span_b = span(g.batch, g.stride_b, kn);
+  const int64_t span_a = gemm_span(g.batch, g.stride_a, mk), span_b = gemm_span(g.batch, g.stride_b, kn);
   const T* a = as_compute<T>(g.a, span_a, kSlotA);
   const T* b = as_compute<T>(g.b, span_b, kSlotB);
   const T* bias = g.bias.defined() ? as_compute<T>(g.bias, g.n, kSlotBias) : nullptr;
@@ -117,38 +113,10 @@ void gemm_typed(const GemmArgs& g) {
   }
 }
 
-void check_args(const GemmArgs& g) {
-  DEMI_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 1, "gemm: need m, n, k >= 0 and batch >= 1, got m=",
-             g.m, " n=", g.n, " k=", g.k, " batch=", g.batch);
-  DEMI_CHECK(g.a.dtype == g.b.dtype, "gemm: A and B must share a dtype, got ", g.a.dtype, " and ", g.b.dtype,
-             "; cast one of them first");
-  DEMI_CHECK(is_floating(g.a.dtype) && is_floating(g.c.dtype), "gemm: A, B and C must be floating, got A ",
-             g.a.dtype, " and C ", g.c.dtype);
-  DEMI_CHECK(g.stride_a >= 0 && g.stride_b >= 0 && g.stride_c >= 0, "gemm: batch strides must be >= 0, got ",
-             g.stride_a, ", ", g.stride_b, ", ", g.stride_c);
-  const int64_t mn = g.m * g.n;
-  DEMI_CHECK(g.batch == 1 || g.stride_c >= mn, "gemm: with batch ", g.batch, " C's stride must be >= m * n = ",
-             mn, " (each product needs its own C), got ", g.stride_c);
-  auto need = [&](const TensorRef& t, const char* name, int64_t stride, int64_t matrix) {
-    const int64_t elems = span(g.batch, stride, matrix);
-    DEMI_CHECK(elems == 0 || t.defined(), "gemm: ", name, " is undefined");
-    DEMI_CHECK(t.numel() >= elems, "gemm: ", name, " of shape ", t.shape, " holds ", t.numel(),
-               " elements, but m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch, " and stride ", stride,
-               " need ", elems);
-  };
-  need(g.a, "A", g.stride_a, g.m * g.k);
-  need(g.b, "B", g.stride_b, g.k * g.n);
-  need(g.c, "C", g.stride_c, mn);
-  if (g.bias.defined()) {
-    DEMI_CHECK(is_floating(g.bias.dtype), "gemm: bias must be floating, got ", g.bias.dtype);
-    DEMI_CHECK(g.bias.numel() == g.n, "gemm: bias must have n = ", g.n, " elements, got shape ", g.bias.shape);
-  }
-}
-
 }  // namespace
 
 void CpuKernels::gemm(const GemmArgs& args) {
-  check_args(args);
+  check_gemm(args);
   if (args.m == 0 || args.n == 0) return;
   // fp64 anywhere means a gradcheck: compute in fp64. Otherwise fp32, half types included.
   if (args.a.dtype == DType::F64 || args.c.dtype == DType::F64) {

@@ -9,49 +9,12 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
 namespace {
 
 enum Slot { kSlotPlane = 0 };
-
-struct PoolGeom {
-  int64_t planes, h, w, oh, ow;
-  int64_t kh, kw, sh, sw, ph, pw;
-};
-
-PoolGeom check_pool(const Pool2dArgs& a, const char* op) {
-  const TensorRef &x = a.input, &y = a.output;
-  DEMI_CHECK(x.shape.size() == 4, op, ": input must be [N, C, H, W], got ", x.shape);
-  DEMI_CHECK(a.kernel_h >= 1 && a.kernel_w >= 1 && a.stride_h >= 1 && a.stride_w >= 1, op,
-             ": need kernel >= 1 and stride >= 1, got kernel (", a.kernel_h, ", ", a.kernel_w, ") stride (",
-             a.stride_h, ", ", a.stride_w, ")");
-  // Also guarantees that every window holds at least one input element, as PyTorch requires.
-  DEMI_CHECK(a.pad_h >= 0 && a.pad_w >= 0 && 2 * a.pad_h <= a.kernel_h && 2 * a.pad_w <= a.kernel_w, op,
-             ": padding must be between 0 and half the kernel, got padding (", a.pad_h, ", ", a.pad_w,
-             ") for kernel (", a.kernel_h, ", ", a.kernel_w, ")");
-  DEMI_CHECK(x.dtype == y.dtype && is_floating(x.dtype), op, ": input and output must share a floating dtype, got ",
-             x.dtype, " and ", y.dtype);
-  PoolGeom g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], 0, 0, a.kernel_h, a.kernel_w,
-             a.stride_h, a.stride_w, a.pad_h, a.pad_w};
-  DEMI_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": kernel (", g.kh, ", ", g.kw,
-             ") is larger than the padded input ", x.shape);
-  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
-  const Shape expected{x.shape[0], x.shape[1], g.oh, g.ow};
-  DEMI_CHECK(y.shape == expected, op, ": output must be ", expected, " for input ", x.shape,
-             ", got ", y.shape);
-  DEMI_CHECK(x.numel() == 0 || (x.defined() && y.defined()), op, ": input or output is undefined");
-  if (a.kind == PoolKind::Max) {
-    const DType want = g.kh * g.kw <= 256 ? DType::U8 : DType::I64;
-    DEMI_CHECK(a.indices.dtype == want, op, ": max-pool indices for a ", g.kh, "x", g.kw, " window must be ", want,
-               ", got ", a.indices.dtype);
-    DEMI_CHECK(a.indices.shape == expected, op, ": indices must be ", expected, ", got ",
-               a.indices.shape);
-    DEMI_CHECK(y.numel() == 0 || a.indices.defined(), op, ": max pooling needs indices");
-  }
-  return g;
-}
 
 // Max over each window; NaN wins, as in PyTorch, so a NaN input is not silently dropped.
 template <typename T, typename I>
@@ -187,7 +150,7 @@ void dispatch_indices(DType dtype, Fn&& fn) {
 }  // namespace
 
 void CpuKernels::pool2d_forward(const Pool2dArgs& args) {
-  const PoolGeom g = check_pool(args, "pool2d_forward");
+  const PoolGeom g = check_pool2d(args, "pool2d_forward");
   const int64_t in_plane = g.h * g.w, out_plane = g.oh * g.ow;
   dispatch_floating(args.input.dtype, "pool2d_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -217,7 +180,7 @@ void CpuKernels::pool2d_forward(const Pool2dArgs& args) {
 }
 
 void CpuKernels::pool2d_backward(const Pool2dArgs& args) {
-  const PoolGeom g = check_pool(args, "pool2d_backward");
+  const PoolGeom g = check_pool2d(args, "pool2d_backward");
   const int64_t in_plane = g.h * g.w, out_plane = g.oh * g.ow;
   dispatch_floating(args.input.dtype, "pool2d_backward", [&](auto tag) {
     using T = decltype(tag);

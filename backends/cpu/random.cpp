@@ -9,6 +9,7 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/kernel_checks.h"
 #include "backends/philox.h"
 
 namespace demi::backend::cpu {
@@ -79,12 +80,7 @@ void random_typed(const RandomArgs& args) {
 }  // namespace
 
 void CpuKernels::random(const RandomArgs& args) {
-  const bool uniform = args.kind == RandomKind::Uniform;
-  DEMI_CHECK(std::isfinite(args.a) && std::isfinite(args.b), "random: a = ", args.a, " and b = ", args.b,
-             " must be finite");
-  DEMI_CHECK(!uniform || args.a <= args.b, "random uniform: needs a <= b for [a, b), got a = ", args.a,
-             ", b = ", args.b);
-  DEMI_CHECK(uniform || args.b >= 0.0, "random normal: the standard deviation b must be >= 0, got ", args.b);
+  check_random(args);
   dispatch_floating(args.output.dtype, "random", [&](auto tag) { random_typed<decltype(tag)>(args); });
 }
 

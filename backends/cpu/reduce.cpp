@@ -8,21 +8,13 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
 namespace {
 
 constexpr int64_t kBlock = 4096;  // elements per partial result along a contiguous reduced run
 constexpr int64_t kInner = 256;   // output columns one task accumulates when reducing a middle dim
-
-const char* reduce_name(ReduceKind k) {
-  switch (k) {
-    case ReduceKind::Sum: return "reduce sum";
-    case ReduceKind::Mean: return "reduce mean";
-    case ReduceKind::Max: return "reduce max";
-  }
-  return "reduce";
-}
 
 // Sum (and mean) add; max keeps the larger value and, like PyTorch, propagates NaN.
 template <bool kMax>
@@ -146,30 +138,10 @@ void reduce_generic(const T* x, const std::vector<Dim>& kept, const std::vector<
 
 void CpuKernels::reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) {
   const char* name = reduce_name(kind);
-  DEMI_CHECK(is_floating(x.dtype) && is_floating(y.dtype), name, ": x is ", x.dtype, " and y is ", y.dtype,
-             "; both must be floating (float32, float64, float16 or bfloat16); cast integer tensors first");
-  const Shape& xs = x.shape;
-  // A 0-d y is accepted for a full reduction, the one case where keepdim form is a nuisance.
-  const Shape ys = y.shape.empty() ? Shape(xs.size(), 1) : y.shape;
-  DEMI_CHECK(ys.size() == xs.size(), name, ": y ", y.shape, " must have x ", xs,
-             "'s rank with reduced dims of extent 1 (keepdim form)");
-  int64_t R = 1;
-  std::vector<Dim> kept, reduced;  // coalesced, outer first; extent-1 dims dropped
-  std::vector<std::pair<int64_t, bool>> groups;
-  for (size_t d = 0; d < xs.size(); ++d) {
-    DEMI_CHECK(ys[d] == xs[d] || ys[d] == 1, name, ": y ", y.shape, " does not fit x ", xs,
-               " (dimension ", d, " is ", ys[d], " in y, ", xs[d],
-               " in x); each y extent must equal x's (kept) or be 1 (reduced)");
-    const bool is_reduced = ys[d] == 1 && xs[d] != 1;
-    if (is_reduced) R *= xs[d];
-    if (xs[d] == 1) continue;
-    if (!groups.empty() && groups.back().second == is_reduced) groups.back().first *= xs[d];
-    else groups.emplace_back(xs[d], is_reduced);
-  }
-  const int64_t outputs = y.numel();
+  const ReduceDims dims = check_reduce(kind, x, y);
+  const int64_t R = dims.R, outputs = dims.outputs;
+  const auto& groups = dims.groups;
   if (outputs == 0) return;
-  DEMI_CHECK(kind != ReduceKind::Max || R > 0, name, ": x ", xs,
-             " has no elements along the reduced dims, so the max is undefined; reduce over a non-empty range");
 
   std::vector<double> out(static_cast<size_t>(outputs));
   const bool is_max = kind == ReduceKind::Max;
@@ -181,6 +153,7 @@ void CpuKernels::reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y)
       strides[g] = static_cast<int64_t>(stride);
       stride *= static_cast<size_t>(groups[g].first);
     }
+    std::vector<Dim> kept, reduced;  // the groups with their strides, outer first
     for (size_t g = 0; g < groups.size(); ++g)
       (groups[g].second ? reduced : kept).push_back(Dim{groups[g].first, strides[g]});
     int64_t O = 1, I = 1;

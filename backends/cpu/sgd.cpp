@@ -5,6 +5,7 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
 namespace {
@@ -39,31 +40,10 @@ void sgd_typed(const SgdArgs& args) {
 
 void CpuKernels::sgd_step(const SgdArgs& args) {
   constexpr const char* op = "sgd_step";
+  check_sgd_step(args);
   const TensorRef& param = args.param;
   const TensorRef& grad = args.grad;
-  DEMI_CHECK(param.defined() && grad.defined(), op, ": param and grad are required");
-  DEMI_CHECK(grad.numel() == param.numel(), op, ": grad ", grad.shape, " does not match param ", param.shape);
-  DEMI_CHECK(args.lr >= 0.0 && args.momentum >= 0.0 && args.weight_decay >= 0.0, op,
-             ": lr, momentum and weight_decay must be >= 0, got lr = ", args.lr, ", momentum = ", args.momentum,
-             ", weight_decay = ", args.weight_decay);
-  DEMI_CHECK(!args.nesterov || (args.momentum > 0.0 && args.dampening == 0.0), op,
-             ": nesterov needs momentum > 0 and dampening = 0, got momentum = ", args.momentum,
-             ", dampening = ", args.dampening);
-  const DType state_dtype = param.dtype == DType::F64 ? DType::F64 : DType::F32;
-  if (args.momentum != 0.0) {
-    const TensorRef& buf = args.momentum_buffer;
-    DEMI_CHECK(buf.defined(), op, ": momentum = ", args.momentum,
-               " needs a momentum_buffer shaped like param ", param.shape);
-    DEMI_CHECK(buf.numel() == param.numel() && buf.dtype == state_dtype, op, ": momentum_buffer ", buf.shape,
-               " ", buf.dtype, " must be ", param.shape, " ", state_dtype, " for a ", param.dtype, " param");
-  }
   const bool has_master = args.master.defined();
-  if (has_master) {
-    DEMI_CHECK(param.dtype != DType::F64, op, ": a float32 master copy of a float64 param would lose precision; "
-               "pass no master for float64 params");
-    DEMI_CHECK(args.master.dtype == DType::F32 && args.master.numel() == param.numel(), op, ": master ",
-               args.master.shape, " ", args.master.dtype, " must be float32 shaped like param ", param.shape);
-  }
   dispatch_floating(param.dtype, op, [&](auto ptag) {
     dispatch_floating(grad.dtype, op, [&](auto gtag) {
       using T = decltype(ptag);

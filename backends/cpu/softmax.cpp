@@ -7,19 +7,10 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
 namespace {
-
-const char* softmax_name(SoftmaxKind k) { return k == SoftmaxKind::Softmax ? "softmax" : "log_softmax"; }
-
-// Rows of the last dim: a 0-d tensor is one row of one element, as in PyTorch.
-int64_t row_length(const Shape& s) { return s.empty() ? 1 : s.back(); }
-
-void check_same(const char* op, const char* what_a, const TensorRef& a, const char* what_b, const TensorRef& b) {
-  DEMI_CHECK(a.shape == b.shape && a.dtype == b.dtype, op, ": ", what_a, " ", a.shape, " (", a.dtype,
-             ") and ", what_b, " ", b.shape, " (", b.dtype, ") must have the same shape and dtype");
-}
 
 template <typename T>
 void softmax_forward_typed(SoftmaxKind kind, const T* x, T* y, int64_t rows, int64_t K) {
@@ -77,8 +68,8 @@ void softmax_backward_typed(SoftmaxKind kind, const T* y, const T* gy, T* gx, in
 
 void CpuKernels::softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) {
   const char* name = softmax_name(kind);
-  check_same(name, "x", x, "y", y);
-  const int64_t K = row_length(x.shape);
+  check_softmax_forward(kind, x, y);
+  const int64_t K = softmax_row_length(x.shape);
   if (x.numel() == 0) return;
   dispatch_floating(x.dtype, name, [&](auto tag) {
     using T = decltype(tag);
@@ -89,9 +80,8 @@ void CpuKernels::softmax_forward(SoftmaxKind kind, const TensorRef& x, const Ten
 void CpuKernels::softmax_backward(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
                                   const TensorRef& grad_x) {
   const char* name = softmax_name(kind);
-  check_same(name, "y", y, "grad_y", grad_y);
-  check_same(name, "y", y, "grad_x", grad_x);
-  const int64_t K = row_length(y.shape);
+  check_softmax_backward(kind, y, grad_y, grad_x);
+  const int64_t K = softmax_row_length(y.shape);
   if (y.numel() == 0) return;
   dispatch_floating(y.dtype, name, [&](auto tag) {
     using T = decltype(tag);

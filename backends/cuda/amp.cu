@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
 
@@ -117,20 +118,14 @@ UnscalePair unscale_pair(DType in, DType out) {
 // unscale_check_finite: in[k] and out[k] of the same numel (out[k] == in[k], or an fp32 buffer for a
 // half or F64 in[k]), inv_scale and found_inf one-element fp32 tensors on this device.
 void CudaKernels::unscale_check_finite(const UnscaleArgs& args) {
-  DEMI_CHECK(args.in.size() == args.out.size(), "unscale_check_finite: ", args.in.size(), " inputs but ",
-             args.out.size(), " outputs");
-  DEMI_CHECK(args.inv_scale.dtype == DType::F32 && args.inv_scale.numel() == 1 && args.found_inf.dtype == DType::F32 &&
-                 args.found_inf.numel() == 1,
-             "unscale_check_finite: inv_scale and found_inf must be one-element float32 tensors");
+  check_unscale_args(args);
   // Every gradient is checked before anything runs, so a bad one leaves all of them untouched.
   for (size_t k = 0; k < args.in.size(); ++k) {
     const TensorRef& in = args.in[k];
     const TensorRef& out = args.out[k];
     DEMI_CHECK(is_floating(in.dtype), "unscale_check_finite: gradient ", k, " is ", in.dtype, " ", in.shape,
                "; gradients must be float32, float64, float16 or bfloat16");
-    DEMI_CHECK(in.numel() == out.numel() && (out.dtype == in.dtype || out.dtype == DType::F32),
-               "unscale_check_finite: gradient ", k, " (", in.dtype, " ", in.shape, ") cannot be unscaled into ",
-               out.dtype, " ", out.shape, "; the target must have its size and its dtype or float32");
+    check_unscale_target(k, in, out);
   }
   const DeviceGuard guard(index_);
   const float* inv_scale = args.inv_scale.as<const float>();
@@ -169,9 +164,7 @@ void CudaKernels::unscale_check_finite(const UnscaleArgs& args) {
 
 // update_scale: scale (0-d F32), growth_tracker (0-d I64), found_inf (0-d F32), all on this device.
 void CudaKernels::update_scale(const ScaleUpdateArgs& args) {
-  DEMI_CHECK(args.scale.dtype == DType::F32 && args.growth_tracker.dtype == DType::I64 &&
-                 args.found_inf.dtype == DType::F32,
-             "update_scale: scale and found_inf must be float32 and growth_tracker int64");
+  check_update_scale(args);
   DEMI_CHECK(args.scale.numel() == 1 && args.growth_tracker.numel() == 1 && args.found_inf.numel() == 1,
              "update_scale: scale ", args.scale.shape, ", growth_tracker ", args.growth_tracker.shape,
              " and found_inf ", args.found_inf.shape, " must have one element each (0-d tensors)");

@@ -14,7 +14,9 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/device_types.cuh"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
 
@@ -54,27 +56,7 @@ __host__ __device__ inline void for_each_in_chunk(const BnShape& s, int64_t c, i
   }
 }
 
-__device__ inline double2 warp_sum(double2 v) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    v.x += __shfl_down_sync(0xffffffffu, v.x, offset);
-    v.y += __shfl_down_sync(0xffffffffu, v.y, offset);
-  }
-  return v;
-}
-
-// The sum of v over a kThreads-wide block, valid in thread 0; a fixed tree, so deterministic.
-// Every thread of the block must call it (it synchronises).
-__device__ inline double2 block_sum(double2 v) {
-  __shared__ double2 warp_sums[kThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_sum(v);
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  v = lane < kThreads / 32 ? warp_sums[lane] : make_double2(0.0, 0.0);
-  return warp == 0 ? warp_sum(v) : v;
-}
-
-// Channel c's chunk sums, added in chunk order by one warp (launched with 32 threads); in lane 0.
+// Channel c's chunk sums, added in chunk order by one warp (launched with 32 threads); in every lane.
 __device__ inline double2 channel_sum(const double2* partials, int64_t c, int64_t chunks) {
   double2 v = make_double2(0.0, 0.0);
   for (int64_t k = threadIdx.x; k < chunks; k += 32) {
@@ -82,27 +64,7 @@ __device__ inline double2 channel_sum(const double2* partials, int64_t c, int64_
     v.x += p.x;
     v.y += p.y;
   }
-  return warp_sum(v);
-}
-
-// Rounded once each, never contracted into an FMA: the CPU's arithmetic (ISO C++, no contraction).
-template <typename A>
-__host__ __device__ inline A mul_rn(A a, A b) {
-#ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<A, float>) return __fmul_rn(a, b);
-  else return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-template <typename A>
-__host__ __device__ inline A add_rn(A a, A b) {
-#ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<A, float>) return __fadd_rn(a, b);
-  else return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
+  return warp_reduce(v, Sum{});
 }
 
 // The per-thread and per-channel bodies below are __host__ __device__ so that they can be emulated
@@ -199,7 +161,8 @@ __host__ __device__ inline void bn_normalize_part(const T* x, T* y, const BnShap
 template <typename T>
 __global__ void bn_stats_kernel(const T* x, BnShape s, double2* partials) {
   const int64_t begin = int64_t(blockIdx.y) * s.chunk_len;
-  const double2 sum = block_sum(bn_stats_part(x, s, blockIdx.x, begin, begin + threadIdx.x, blockDim.x));
+  const double2 part = bn_stats_part(x, s, blockIdx.x, begin, begin + threadIdx.x, blockDim.x);
+  const double2 sum = block_reduce(part, Sum{}, make_double2(0.0, 0.0));
   if (threadIdx.x == 0) partials[int64_t(blockIdx.x) * s.chunks + blockIdx.y] = sum;
 }
 
@@ -286,8 +249,8 @@ template <typename T, typename S>
 __global__ void bn_backward_stats_kernel(const T* x, const T* grad_y, const S* save_mean, BnShape s,
                                          double2* partials) {
   const int64_t begin = int64_t(blockIdx.y) * s.chunk_len;
-  const double2 sum =
-      block_sum(bn_backward_part(x, grad_y, save_mean, s, blockIdx.x, begin, begin + threadIdx.x, blockDim.x));
+  const double2 part = bn_backward_part(x, grad_y, save_mean, s, blockIdx.x, begin, begin + threadIdx.x, blockDim.x);
+  const double2 sum = block_reduce(part, Sum{}, make_double2(0.0, 0.0));
   if (threadIdx.x == 0) partials[int64_t(blockIdx.x) * s.chunks + blockIdx.y] = sum;
 }
 
@@ -309,38 +272,6 @@ __global__ void bn_backward_input_kernel(const T* x, const T* grad_y, T* grad_x,
 
 // --- Host side -----------------------------------------------------------------------------------
 
-struct BnGeom {
-  int64_t n, c, hw;
-  int64_t count() const { return n * hw; }
-};
-
-// The CPU backend's checks, with its messages.
-DType stats_dtype(DType input) { return input == DType::F64 ? DType::F64 : DType::F32; }
-
-void check_param(const TensorRef& t, const char* name, const BnGeom& g, DType want, const char* op) {
-  if (!t.defined()) return;
-  DEMI_CHECK(t.dtype == want, op, ": ", name, " must be ", want, " for this input, got ", t.dtype,
-             " (statistics and affine parameters stay fp32 for half inputs)");
-  DEMI_CHECK(t.numel() == g.c, op, ": ", name, " must have C = ", g.c, " elements, got shape ", t.shape);
-}
-
-void check_like(const TensorRef& t, const TensorRef& x, const char* name, const char* op) {
-  if (!t.defined()) return;
-  DEMI_CHECK(t.shape == x.shape && t.dtype == x.dtype, op, ": ", name, " must match the input (", x.shape, " ",
-             x.dtype, "), got ", t.shape, " ", t.dtype);
-}
-
-BnGeom check_input(const TensorRef& x, const char* op) {
-  DEMI_CHECK(x.shape.size() == 2 || x.shape.size() == 4, op, ": input must be [N, C] or [N, C, H, W], got ",
-             x.shape);
-  DEMI_CHECK(is_floating(x.dtype), op, ": input must be floating, got ", x.dtype);
-  DEMI_CHECK(x.numel() == 0 || x.defined(), op, ": input is undefined");
-  const BnGeom g{x.shape[0], x.shape[1], x.shape.size() == 4 ? x.shape[2] * x.shape[3] : 1};
-  DEMI_CHECK(g.c <= std::numeric_limits<int32_t>::max(), op, ": the CUDA backend handles up to 2^31 - 1 channels, got ",
-             x.shape, "; split the channels");
-  return g;
-}
-
 template <typename S>
 S* data_or_null(const TensorRef& t) {
   return t.defined() ? t.as<S>() : nullptr;
@@ -348,45 +279,11 @@ S* data_or_null(const TensorRef& t) {
 
 size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// All of batch_norm_forward's checks (the CPU backend's, with its messages).
-BnGeom check_forward(const BatchNormArgs& args) {
-  constexpr const char* op = "batch_norm_forward";
-  const BnGeom g = check_input(args.input, op);
-  DEMI_CHECK(args.output.defined() || args.input.numel() == 0, op, ": output is undefined");
-  check_like(args.output, args.input, "output", op);
-  const DType sd = stats_dtype(args.input.dtype);
-  check_param(args.weight, "weight", g, sd, op);
-  check_param(args.bias, "bias", g, sd, op);
-  check_param(args.running_mean, "running_mean", g, sd, op);
-  check_param(args.running_var, "running_var", g, sd, op);
-  if (args.mode == BatchNormMode::Train) {
-    check_param(args.save_mean, "save_mean", g, sd, op);
-    check_param(args.save_invstd, "save_invstd", g, sd, op);
-    DEMI_CHECK(g.count() > 1, op, ": training needs more than one value per channel to estimate a variance, got input ",
-               args.input.shape, "; use a larger batch or eval mode");
-  } else {
-    DEMI_CHECK(args.running_mean.defined() && args.running_var.defined(), op,
-               ": eval mode normalises with running_mean and running_var; pass both");
-  }
-  return g;
-}
-
-// All of batch_norm_backward's checks.
-BnGeom check_backward(const BatchNormArgs& args) {
-  constexpr const char* op = "batch_norm_backward";
-  const BnGeom g = check_input(args.input, op);
-  DEMI_CHECK(args.grad_output.defined() || args.input.numel() == 0, op, ": grad_output is undefined");
-  check_like(args.grad_output, args.input, "grad_output", op);
-  check_like(args.grad_input, args.input, "grad_input", op);
-  const DType sd = stats_dtype(args.input.dtype);
-  check_param(args.weight, "weight", g, sd, op);
-  check_param(args.grad_weight, "grad_weight", g, sd, op);
-  check_param(args.grad_bias, "grad_bias", g, sd, op);
-  check_param(args.save_mean, "save_mean", g, sd, op);
-  check_param(args.save_invstd, "save_invstd", g, sd, op);
-  DEMI_CHECK(args.save_mean.defined() && args.save_invstd.defined(), op,
-             ": needs save_mean and save_invstd from the training-mode forward");
-  return g;
+// Every pass has a block per channel in gridDim.x: the CUDA backend's one limit on top of the shared
+// checks (backends/kernel_checks.h).
+void check_channels(const BnGeom& g, const TensorRef& x, const char* op) {
+  DEMI_CHECK(g.c <= std::numeric_limits<int32_t>::max(), op, ": the CUDA backend handles up to 2^31 - 1 channels, got ",
+             x.shape, "; split the channels");
 }
 
 // The blocks a chunked pass over g wants: one per kThreads * kItemsPerThread values, at most what
@@ -408,7 +305,8 @@ BnShape chunk_shape(const BnGeom& g, int64_t blocks) {
 // (training only), per-channel statistics, normalisation.
 void CudaKernels::batch_norm_forward(const BatchNormArgs& args) {
   constexpr const char* op = "batch_norm_forward";
-  const BnGeom g = check_forward(args);
+  const BnGeom g = check_batch_norm_forward(args);
+  check_channels(g, args.input, op);
   const bool train = args.mode == BatchNormMode::Train;
   dispatch_floating(args.input.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -443,7 +341,8 @@ void CudaKernels::batch_norm_forward(const BatchNormArgs& args) {
 // sums of g and g * (x - mean), per-channel results, grad_input.
 void CudaKernels::batch_norm_backward(const BatchNormArgs& args) {
   constexpr const char* op = "batch_norm_backward";
-  const BnGeom g = check_backward(args);
+  const BnGeom g = check_batch_norm_backward(args);
+  check_channels(g, args.input, op);
   dispatch_floating(args.input.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using S = acc_t<T>;

@@ -18,7 +18,9 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/device_types.cuh"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
 
@@ -77,44 +79,11 @@ constexpr int kThreads = 256;
 // The most scratch memory Find may give an algorithm; those that want more are not considered.
 constexpr size_t kFindWorkspaceLimit = size_t{256} << 20;
 
-struct ConvGeom {
-  int64_t n, c, h, w, o, kh, kw, oh, ow;
-  int64_t sh, sw, ph, pw;
-  int64_t plane() const { return oh * ow; }
-};
-
-// The CPU backend's checks (backends/cpu/conv2d.cpp), with its messages, plus cuDNN's 32-bit limit.
+// The shared checks (backends/kernel_checks.h), plus cuDNN's 32-bit limit.
 ConvGeom check_conv(const Conv2dArgs& a, const char* op) {
-  const TensorRef &x = a.input, &wt = a.weight, &y = a.output;
-  DEMI_CHECK(x.shape.size() == 4, op, ": input must be [N, C, H, W], got ", x.shape);
-  DEMI_CHECK(wt.shape.size() == 4, op, ": weight must be [O, C, KH, KW], got ", wt.shape);
-  DEMI_CHECK(y.shape.size() == 4, op, ": output must be [N, O, OH, OW], got ", y.shape);
-  DEMI_CHECK(a.stride_h >= 1 && a.stride_w >= 1 && a.pad_h >= 0 && a.pad_w >= 0, op,
-             ": need stride >= 1 and padding >= 0, got stride (", a.stride_h, ", ", a.stride_w, ") padding (",
-             a.pad_h, ", ", a.pad_w, ")");
-  DEMI_CHECK(x.dtype == wt.dtype && x.dtype == y.dtype, op, ": input, weight and output must share a dtype, got ",
-             x.dtype, ", ", wt.dtype, " and ", y.dtype, "; cast them first");
-  DEMI_CHECK(is_floating(x.dtype), op, ": dtype must be floating, got ", x.dtype);
-  ConvGeom g{x.shape[0], x.shape[1], x.shape[2], x.shape[3], wt.shape[0], wt.shape[2], wt.shape[3], 0, 0,
-             a.stride_h, a.stride_w, a.pad_h, a.pad_w};
-  DEMI_CHECK(wt.shape[1] == g.c, op, ": weight ", wt.shape, " expects ", wt.shape[1], " input channels, but input ",
-             x.shape, " has ", g.c, " (groups are not supported)");
-  DEMI_CHECK(g.kh >= 1 && g.kw >= 1 && g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": kernel ", g.kh,
-             "x", g.kw, " does not fit the padded input ", x.shape, " with padding (", g.ph, ", ", g.pw, ")");
-  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
-  const Shape expected{g.n, g.o, g.oh, g.ow};
-  DEMI_CHECK(y.shape == expected, op, ": output must be ", expected, " for input ", x.shape, ", weight ", wt.shape,
-             ", stride (", g.sh, ", ", g.sw, ") and padding (", g.ph, ", ", g.pw, "), got ", y.shape);
-  DEMI_CHECK(g.n * g.c * g.h * g.w == 0 || x.defined(), op, ": input is undefined");
-  DEMI_CHECK(g.o * g.c * g.kh * g.kw == 0 || wt.defined(), op, ": weight is undefined");
-  DEMI_CHECK(g.n * g.o * g.plane() == 0 || y.defined(), op, ": output is undefined");
-  if (a.bias.defined()) {
-    DEMI_CHECK(is_floating(a.bias.dtype), op, ": bias must be floating, got ", a.bias.dtype);
-    DEMI_CHECK(a.bias.numel() == g.o, op, ": bias must be [", g.o, "], got ", a.bias.shape);
-  }
+  const ConvGeom g = check_conv2d(a, op);
   // cuDNN's legacy descriptors take int extents and strides (pads and strides are int already).
-  for (const TensorRef* t : {&x, &wt, &y})
+  for (const TensorRef* t : {&a.input, &a.weight, &a.output})
     DEMI_CHECK(t->numel() <= INT_MAX, op, ": ", t->shape, " has more than 2^31 - 1 elements, beyond cuDNN's ",
                "32-bit descriptors; split the batch");
   return g;
@@ -145,16 +114,8 @@ __global__ void bias_grad_kernel(const T* grad_y, B* grad_b, int64_t images, int
     const int64_t i = j / plane, p = j - i * plane;
     sum += static_cast<double>(widen(grad_y[(i * channels + o) * plane + p]));
   }
-  __shared__ double warp_sums[kThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-  if (lane == 0) warp_sums[warp] = sum;
-  __syncthreads();
-  if (warp == 0) {
-    sum = lane < kThreads / 32 ? warp_sums[lane] : 0.0;
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-    if (lane == 0) grad_b[o] = Narrow<B>::from(sum);
-  }
+  sum = block_reduce(sum, Sum{}, 0.0);
+  if (threadIdx.x == 0) grad_b[o] = Narrow<B>::from(sum);
 }
 
 // output [N, O, OH, OW] += bias [O], any floating dtypes.

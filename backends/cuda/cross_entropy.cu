@@ -10,7 +10,9 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/device_types.cuh"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
 
@@ -20,61 +22,6 @@ constexpr int kThreads = 256;       // a multiple of 32
 constexpr int kMeanThreads = 1024;  // the one block that averages the per-row losses
 constexpr int64_t kWarpRow = 1024;  // rows up to this long take one warp, longer ones a block
 constexpr unsigned long long kNoBadRow = ~0ull;
-
-// fmax ignores a NaN operand, as the CPU's std::max(m, x) does for a NaN x.
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-  __device__ double operator()(double a, double b) const { return fmax(a, b); }
-};
-struct Sum {
-  __device__ double operator()(double a, double b) const { return a + b; }
-};
-
-// A product rounded on its own, never contracted with a following add into an FMA: the CPU's
-// arithmetic (ISO C++, -ffp-contract=off).
-__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-
-// Every lane gets the combination of the warp's 32 values (a butterfly: the same operands meet in
-// the same order on every lane, so all lanes agree bit for bit).
-template <typename A, typename Op>
-__device__ A warp_reduce(A v, Op op) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// Every thread gets the combination of the block's values; blockDim.x is a multiple of 32.
-template <typename A, typename Op>
-__device__ A block_reduce(A v, Op op, A identity) {
-  __shared__ A warp_results[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_reduce(v, op);
-  __syncthreads();  // a previous call's readers are done with warp_results
-  if (lane == 0) warp_results[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x / 32) ? warp_results[lane] : identity;
-  return warp_reduce(v, op);
-}
-
-// The threads sharing one row: a warp (several rows per block) or the whole block.
-template <bool kBlockPerRow>
-struct RowLanes {
-  int lane, width;
-  int64_t first_row, row_step;
-  __device__ RowLanes() {
-    const int64_t rows_per_block = kBlockPerRow ? 1 : blockDim.x / 32;
-    lane = kBlockPerRow ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x % 32);
-    width = kBlockPerRow ? static_cast<int>(blockDim.x) : 32;
-    first_row = int64_t(blockIdx.x) * rows_per_block + (kBlockPerRow ? 0 : threadIdx.x / 32);
-    row_step = int64_t(gridDim.x) * rows_per_block;
-  }
-  template <typename A, typename Op>
-  __device__ A reduce(A v, Op op, A identity) const {
-    if constexpr (kBlockPerRow) return block_reduce(v, op, identity);
-    else return warp_reduce(v, op);
-  }
-};
 
 // Whether row n's label t is a class; if not, row n competes for the smallest bad row in *first_bad.
 __device__ inline bool check_target(int64_t n, int64_t t, int64_t K, int lane, unsigned long long* first_bad) {
@@ -89,8 +36,8 @@ __device__ void row_stats(const T* row, int64_t K, const RowLanes<kBlockPerRow>&
                           double& sum_exp) {
   using C = acc_t<T>;
   C m = static_cast<C>(-CUDART_INF);
-  for (int64_t j = lanes.lane; j < K; j += lanes.width) m = Max{}(m, widen(row[j]));
-  m = lanes.reduce(m, Max{}, static_cast<C>(-CUDART_INF));
+  for (int64_t j = lanes.lane; j < K; j += lanes.width) m = FMax{}(m, widen(row[j]));
+  m = lanes.reduce(m, FMax{}, static_cast<C>(-CUDART_INF));
   double s = 0.0;
   for (int64_t j = lanes.lane; j < K; j += lanes.width) s += static_cast<double>(dmath::exp(widen(row[j]) - m));
   max = m;
@@ -178,21 +125,6 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* ta
   }
 }
 
-// Shapes, dtypes and label smoothing shared by forward and backward (the labels are checked on the
-// device). The CPU backend's checks and messages.
-void check_inputs(const char* op, const CrossEntropyArgs& args) {
-  const TensorRef& logits = args.logits;
-  const TensorRef& target = args.target;
-  DEMI_CHECK(logits.shape.size() == 2, op, ": logits must be [N, K], got ", logits.shape,
-             "; flatten the leading dims first");
-  DEMI_CHECK(is_floating(logits.dtype), op, ": logits must be floating, got ", logits.dtype);
-  DEMI_CHECK(target.dtype == DType::I64, op, ": target must be int64 class indices, got ", target.dtype);
-  DEMI_CHECK(target.shape == Shape{logits.shape[0]}, op, ": target ", target.shape,
-             " must be [N] for logits ", logits.shape);
-  DEMI_CHECK(args.label_smoothing >= 0.0 && args.label_smoothing <= 1.0, op,
-             ": label_smoothing must be in [0, 1], got ", args.label_smoothing);
-}
-
 // Waits for the kernels just queued and throws, with the CPU's message, if one of them reported a
 // row whose target is not a class. The one synchronisation of a cross-entropy call: the host must
 // see a bad label now, as on the CPU, and the wait costs little since the loss ends the forward
@@ -217,11 +149,9 @@ void throw_if_bad_target(const char* op, const CrossEntropyArgs& args, unsigned 
 // logits, else F32).
 void CudaKernels::cross_entropy_forward(const CrossEntropyArgs& args) {
   constexpr const char* op = "cross_entropy";
-  check_inputs(op, args);
-  const DType loss_dtype = args.logits.dtype == DType::F64 ? DType::F64 : DType::F32;
-  DEMI_CHECK(args.loss.defined() && args.loss.shape.empty() && args.loss.dtype == loss_dtype, op,
-             ": loss must be a 0-d ", loss_dtype, " tensor for ", args.logits.dtype, " logits, got ",
-             args.loss.shape, " ", args.loss.dtype);
+  check_cross_entropy_inputs(op, args);  // the labels are checked on the device
+  check_cross_entropy_loss(op, args);
+  const DType loss_dtype = cross_entropy_loss_dtype(args.logits.dtype);
   const int64_t N = args.logits.shape[0], K = args.logits.shape[1];
   const DeviceGuard guard(index_);
   double* row_loss = N > 0 ? static_cast<double*>(workspace(static_cast<size_t>(N) * sizeof(double))) : nullptr;
@@ -253,13 +183,8 @@ void CudaKernels::cross_entropy_forward(const CrossEntropyArgs& args) {
 // read on the device) -> grad_logits [N, K] in logits' dtype.
 void CudaKernels::cross_entropy_backward(const CrossEntropyArgs& args) {
   constexpr const char* op = "cross_entropy_backward";
-  check_inputs(op, args);
-  DEMI_CHECK(args.grad_logits.defined() && args.grad_logits.shape == args.logits.shape &&
-                 args.grad_logits.dtype == args.logits.dtype,
-             op, ": grad_logits must be ", args.logits.shape, " ", args.logits.dtype, " like logits, got ",
-             args.grad_logits.shape, " ", args.grad_logits.dtype);
-  DEMI_CHECK(args.grad_loss.defined() && args.grad_loss.numel() == 1 && args.grad_loss.shape.empty(), op,
-             ": grad_loss must be a 0-d tensor, got ", args.grad_loss.shape);
+  check_cross_entropy_inputs(op, args);  // the labels are checked on the device
+  check_cross_entropy_grads(op, args);
   dispatch_floating(args.grad_loss.dtype, op, [](auto) {});  // throws for a non-floating grad_loss
   const int64_t N = args.logits.shape[0], K = args.logits.shape[1];
   if (N == 0) return;  // with K = 0 every row's label is out of range: the kernel reports row 0

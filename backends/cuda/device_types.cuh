@@ -1,6 +1,7 @@
 // Device-side scalar plumbing shared by the CUDA backend's .cu files: dtype dispatch to device
 // types, the fp32/fp64/int64 type a stored value is computed in, the one rounding back into a
-// storage type, and precise libdevice math by overload. Included only by .cu files.
+// storage type, precise libdevice math by overload, and products and sums kept out of FMAs.
+// Included only by .cu files.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -96,6 +97,28 @@ __device__ inline double pow(double v, double p) { return ::pow(v, p); }
 __device__ inline float affine(float x, float alpha, float beta) { return __fadd_rn(__fmul_rn(alpha, x), beta); }
 __device__ inline double affine(double x, double alpha, double beta) { return __dadd_rn(__dmul_rn(alpha, x), beta); }
 }  // namespace dmath
+
+// a * b and a + b (fp32 or fp64) rounded on their own, never contracted into an FMA with a
+// neighbouring operation: the CPU's arithmetic (ISO C++, -ffp-contract=off). Host-callable too, so
+// that per-element bodies can be emulated on the host against the CPU backend.
+template <typename A>
+__host__ __device__ inline A mul_rn(A a, A b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<A, float>) return __fmul_rn(a, b);
+  else return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+template <typename A>
+__host__ __device__ inline A add_rn(A a, A b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<A, float>) return __fadd_rn(a, b);
+  else return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
 
 // The index of this thread in a 1-D grid and the grid's width: for grid-stride loops
 //   for (int64_t i = thread_index(); i < n; i += grid_width()) ...

@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
 
@@ -27,12 +28,6 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 constexpr size_t kScratchAlign = 256;
 
 // --- The element-wise pass around the matmul ----------------------------------------------------
-
-// Products and sums rounded separately, never contracted into an FMA: the CPU's arithmetic.
-__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ inline double add_rn(double a, double b) { return __dadd_rn(a, b); }
 
 // Over `total` = batch * mn elements of `batch` [m, n] matrices (mn = m * n, n columns):
 //   dst[b * dst_stride + r] = Narrow<To>(scale * src[b * src_stride + r] + bias[r % n])
@@ -66,46 +61,12 @@ cudaDataType_t cuda_type(DType dtype) {
   return CUDA_R_32F;
 }
 
-// Elements a batched operand spans: one matrix when it is shared (stride 0) or batch is 1.
-int64_t span(int64_t batch, int64_t stride, int64_t matrix) {
-  return (batch == 1 || stride == 0) ? matrix : (batch - 1) * stride + matrix;
-}
-
 // The alignment (a power of two, at most 256 bytes) every matrix of a batched operand starts at: the
 // address's and the batch stride's common one. cuBLASLt's heuristic assumes 256 unless told.
 uint32_t alignment(const void* ptr, int64_t stride_bytes) {
   const uint64_t bits = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ptr)) |
                         static_cast<uint64_t>(stride_bytes) | uint64_t{256};
   return static_cast<uint32_t>(bits & (~bits + 1));  // the lowest set bit
-}
-
-// The CPU backend's checks, with its messages.
-void check_args(const GemmArgs& g) {
-  DEMI_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 1, "gemm: need m, n, k >= 0 and batch >= 1, got m=",
-             g.m, " n=", g.n, " k=", g.k, " batch=", g.batch);
-  DEMI_CHECK(g.a.dtype == g.b.dtype, "gemm: A and B must share a dtype, got ", g.a.dtype, " and ", g.b.dtype,
-             "; cast one of them first");
-  DEMI_CHECK(is_floating(g.a.dtype) && is_floating(g.c.dtype), "gemm: A, B and C must be floating, got A ",
-             g.a.dtype, " and C ", g.c.dtype);
-  DEMI_CHECK(g.stride_a >= 0 && g.stride_b >= 0 && g.stride_c >= 0, "gemm: batch strides must be >= 0, got ",
-             g.stride_a, ", ", g.stride_b, ", ", g.stride_c);
-  const int64_t mn = g.m * g.n;
-  DEMI_CHECK(g.batch == 1 || g.stride_c >= mn, "gemm: with batch ", g.batch, " C's stride must be >= m * n = ",
-             mn, " (each product needs its own C), got ", g.stride_c);
-  auto need = [&](const TensorRef& t, const char* name, int64_t stride, int64_t matrix) {
-    const int64_t elems = span(g.batch, stride, matrix);
-    DEMI_CHECK(elems == 0 || t.defined(), "gemm: ", name, " is undefined");
-    DEMI_CHECK(t.numel() >= elems, "gemm: ", name, " of shape ", t.shape, " holds ", t.numel(),
-               " elements, but m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch, " and stride ", stride,
-               " need ", elems);
-  };
-  need(g.a, "A", g.stride_a, g.m * g.k);
-  need(g.b, "B", g.stride_b, g.k * g.n);
-  need(g.c, "C", g.stride_c, mn);
-  if (g.bias.defined()) {
-    DEMI_CHECK(is_floating(g.bias.dtype), "gemm: bias must be floating, got ", g.bias.dtype);
-    DEMI_CHECK(g.bias.numel() == g.n, "gemm: bias must have n = ", g.n, " elements, got shape ", g.bias.shape);
-  }
 }
 
 // How one call runs: what cuBLASLt computes in, reads and writes, and the passes around it.
@@ -312,7 +273,7 @@ void CudaKernels::PlansDeleter::operator()(GemmPlans* plans) const { delete plan
 // gemm: see GemmArgs. A, B and C on this device, row-major; the batch strides are in elements.
 void CudaKernels::gemm(const GemmArgs& args) {
   const GemmArgs& g = args;
-  check_args(g);
+  check_gemm(g);
   if (g.m == 0 || g.n == 0) return;
   DEMI_CHECK(g.batch <= INT32_MAX, "gemm: batch ", g.batch, " exceeds cuBLASLt's limit of ", INT32_MAX,
              "; split the batch into several calls");
@@ -344,7 +305,7 @@ void CudaKernels::gemm(const GemmArgs& args) {
     return;
   }
 
-  const int64_t span_a = span(g.batch, g.stride_a, g.m * g.k), span_b = span(g.batch, g.stride_b, g.k * g.n);
+  const int64_t span_a = gemm_span(g.batch, g.stride_a, g.m * g.k), span_b = gemm_span(g.batch, g.stride_b, g.k * g.n);
   GemmPlans& cache = gemm_plans();
   const std::lock_guard<std::mutex> lock(cache.mutex);
 

@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
 
@@ -40,6 +41,21 @@ bool pack_aligned(const void* p) {
 // The type the step is computed in (and the state's): double for F64 params, else fp32.
 template <typename T> using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+// p = elements [i, i + N) of the parameter in C, as the step starts from them: the fp32 master when
+// given (master != null), else param.
+template <int N, typename T, typename C>
+__device__ inline void load_param(const T* param, const float* master, int64_t i, C (&p)[N]) {
+  if (master != nullptr) {
+    const Pack<float, N> m = load<N>(master + i);
+#pragma unroll
+    for (int j = 0; j < N; ++j) p[j] = static_cast<C>(m.v[j]);
+  } else {
+    const Pack<T, N> q = load<N>(param + i);
+#pragma unroll
+    for (int j = 0; j < N; ++j) p[j] = static_cast<C>(widen(q.v[j]));
+  }
+}
+
 // --- SGD ---------------------------------------------------------------------------------------
 
 template <typename C>
@@ -54,15 +70,7 @@ __device__ inline void sgd_elements(const SgdScalars<C>& s, T* param, const G* g
                                     int64_t i) {
   const Pack<G, N> grad_in = load<N>(grad + i);
   C p[N];
-  if (master != nullptr) {
-    const Pack<float, N> m = load<N>(master + i);
-#pragma unroll
-    for (int j = 0; j < N; ++j) p[j] = static_cast<C>(m.v[j]);
-  } else {
-    const Pack<T, N> q = load<N>(param + i);
-#pragma unroll
-    for (int j = 0; j < N; ++j) p[j] = static_cast<C>(widen(q.v[j]));
-  }
+  load_param<N>(param, master, i, p);
   Pack<C, N> b{};
   if (s.use_momentum && !s.first_step) b = load<N>(buf + i);  // the first step initialises it
   Pack<T, N> param_out;
@@ -108,15 +116,7 @@ __device__ inline void adamw_elements(const AdamWScalars<C>& s, T* param, const 
                                       C* exp_avg_sq, float* master, int64_t i) {
   const Pack<G, N> grad_in = load<N>(grad + i);
   C p[N];
-  if (master != nullptr) {
-    const Pack<float, N> m = load<N>(master + i);
-#pragma unroll
-    for (int j = 0; j < N; ++j) p[j] = static_cast<C>(m.v[j]);
-  } else {
-    const Pack<T, N> q = load<N>(param + i);
-#pragma unroll
-    for (int j = 0; j < N; ++j) p[j] = static_cast<C>(widen(q.v[j]));
-  }
+  load_param<N>(param, master, i, p);
   Pack<C, N> m = load<N>(exp_avg + i);
   Pack<C, N> v = load<N>(exp_avg_sq + i);
   Pack<T, N> param_out;
@@ -160,32 +160,11 @@ int64_t work_items(int64_t n, int64_t packs) {
 // momentum_buffer (when momentum != 0) and master (optional) as in SgdArgs; one fused pass.
 void CudaKernels::sgd_step(const SgdArgs& args) {
   constexpr const char* op = "sgd_step";
+  check_sgd_step(args);
   const TensorRef& param = args.param;
   const TensorRef& grad = args.grad;
-  DEMI_CHECK(param.defined() && grad.defined(), op, ": param and grad are required");
-  DEMI_CHECK(grad.numel() == param.numel(), op, ": grad ", grad.shape, " does not match param ", param.shape);
-  DEMI_CHECK(args.lr >= 0.0 && args.momentum >= 0.0 && args.weight_decay >= 0.0, op,
-             ": lr, momentum and weight_decay must be >= 0, got lr = ", args.lr, ", momentum = ", args.momentum,
-             ", weight_decay = ", args.weight_decay);
-  DEMI_CHECK(!args.nesterov || (args.momentum > 0.0 && args.dampening == 0.0), op,
-             ": nesterov needs momentum > 0 and dampening = 0, got momentum = ", args.momentum,
-             ", dampening = ", args.dampening);
-  const DType state_dtype = param.dtype == DType::F64 ? DType::F64 : DType::F32;
   const bool use_momentum = args.momentum != 0.0;
-  if (use_momentum) {
-    const TensorRef& buf = args.momentum_buffer;
-    DEMI_CHECK(buf.defined(), op, ": momentum = ", args.momentum,
-               " needs a momentum_buffer shaped like param ", param.shape);
-    DEMI_CHECK(buf.numel() == param.numel() && buf.dtype == state_dtype, op, ": momentum_buffer ", buf.shape,
-               " ", buf.dtype, " must be ", param.shape, " ", state_dtype, " for a ", param.dtype, " param");
-  }
   const bool has_master = args.master.defined();
-  if (has_master) {
-    DEMI_CHECK(param.dtype != DType::F64, op, ": a float32 master copy of a float64 param would lose precision; "
-               "pass no master for float64 params");
-    DEMI_CHECK(args.master.dtype == DType::F32 && args.master.numel() == param.numel(), op, ": master ",
-               args.master.shape, " ", args.master.dtype, " must be float32 shaped like param ", param.shape);
-  }
   const int64_t n = param.numel();
   dispatch_floating(param.dtype, op, [&](auto ptag) {
     dispatch_floating(grad.dtype, op, [&](auto gtag) {
@@ -218,22 +197,9 @@ void CudaKernels::sgd_step(const SgdArgs& args) {
 // exp_avg / exp_avg_sq (fp32, F64 for an F64 param) and master (optional) as in AdamWArgs.
 void CudaKernels::adamw_step(const AdamWArgs& args) {
   constexpr const char* op = "adamw_step";
+  check_adamw_step(args);
   const TensorRef& param = args.param;
-  DEMI_CHECK(param.defined() && args.grad.defined(), op, ": param and grad are required");
-  DEMI_CHECK(args.grad.numel() == param.numel(), op, ": grad ", args.grad.shape, " does not match param ", param.shape);
-  DEMI_CHECK(args.lr >= 0.0 && args.weight_decay >= 0.0 && args.eps >= 0.0 && args.beta1 >= 0.0 && args.beta1 < 1.0 &&
-                 args.beta2 >= 0.0 && args.beta2 < 1.0 && args.step >= 1,
-             op, ": need lr, weight_decay, eps >= 0, betas in [0, 1) and step >= 1");
-  const DType state_dtype = param.dtype == DType::F64 ? DType::F64 : DType::F32;
-  for (const TensorRef* moment : {&args.exp_avg, &args.exp_avg_sq}) {
-    DEMI_CHECK(moment->defined() && moment->numel() == param.numel() && moment->dtype == state_dtype, op,
-               ": moments must be ", state_dtype, " shaped like param ", param.shape);
-  }
   const bool has_master = args.master.defined();
-  if (has_master) {
-    DEMI_CHECK(param.dtype != DType::F64 && args.master.dtype == DType::F32 && args.master.numel() == param.numel(),
-               op, ": master must be float32 shaped like param ", param.shape, " (and param not float64)");
-  }
   // The scalars exactly as adamw.cpp derives them, on the host, in double, then rounded to C.
   const double bias1 = 1.0 - std::pow(args.beta1, static_cast<double>(args.step));
   const double bias2 = 1.0 - std::pow(args.beta2, static_cast<double>(args.step));

@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
 
@@ -42,18 +43,6 @@ __host__ __device__ inline A negative_infinity() {
   return std::is_same_v<A, float> ? A(-CUDART_INF_F) : A(-CUDART_INF);
 #else
   return -std::numeric_limits<A>::infinity();
-#endif
-}
-
-// a * b rounded, never contracted into an FMA with a following addition: the CPU (ISO C++, no
-// contraction) rounds the product first.
-template <typename A>
-__host__ __device__ inline A mul_rn(A a, A b) {
-#ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<A, float>) return __fmul_rn(a, b);
-  else return __dmul_rn(a, b);
-#else
-  return a * b;
 #endif
 }
 
@@ -205,39 +194,9 @@ __global__ void avg_pool_backward_kernel(const T* grad_y, T* grad_x, PoolShape<I
   }
 }
 
-// The CPU backend's checks, with its messages; returns the geometry in int64.
-PoolShape<int64_t> check_pool(const Pool2dArgs& a, const char* op) {
-  const TensorRef &x = a.input, &y = a.output;
-  DEMI_CHECK(x.shape.size() == 4, op, ": input must be [N, C, H, W], got ", x.shape);
-  DEMI_CHECK(a.kernel_h >= 1 && a.kernel_w >= 1 && a.stride_h >= 1 && a.stride_w >= 1, op,
-             ": need kernel >= 1 and stride >= 1, got kernel (", a.kernel_h, ", ", a.kernel_w, ") stride (",
-             a.stride_h, ", ", a.stride_w, ")");
-  DEMI_CHECK(a.pad_h >= 0 && a.pad_w >= 0 && 2 * a.pad_h <= a.kernel_h && 2 * a.pad_w <= a.kernel_w, op,
-             ": padding must be between 0 and half the kernel, got padding (", a.pad_h, ", ", a.pad_w,
-             ") for kernel (", a.kernel_h, ", ", a.kernel_w, ")");
-  DEMI_CHECK(x.dtype == y.dtype && is_floating(x.dtype), op, ": input and output must share a floating dtype, got ",
-             x.dtype, " and ", y.dtype);
-  PoolShape<int64_t> g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], 0, 0, a.kernel_h, a.kernel_w,
-                       a.stride_h, a.stride_w, a.pad_h, a.pad_w};
-  DEMI_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": kernel (", g.kh, ", ", g.kw,
-             ") is larger than the padded input ", x.shape);
-  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
-  const Shape expected{x.shape[0], x.shape[1], g.oh, g.ow};
-  DEMI_CHECK(y.shape == expected, op, ": output must be ", expected, " for input ", x.shape, ", got ", y.shape);
-  DEMI_CHECK(x.numel() == 0 || (x.defined() && y.defined()), op, ": input or output is undefined");
-  if (a.kind == PoolKind::Max) {
-    const DType want = g.kh * g.kw <= 256 ? DType::U8 : DType::I64;
-    DEMI_CHECK(a.indices.dtype == want, op, ": max-pool indices for a ", g.kh, "x", g.kw, " window must be ", want,
-               ", got ", a.indices.dtype);
-    DEMI_CHECK(a.indices.shape == expected, op, ": indices must be ", expected, ", got ", a.indices.shape);
-    DEMI_CHECK(y.numel() == 0 || a.indices.defined(), op, ": max pooling needs indices");
-  }
-  return g;
-}
-
+// The checked geometry (backends/kernel_checks.h) in the kernels' index type.
 template <typename Index>
-PoolShape<Index> narrow_shape(const PoolShape<int64_t>& g) {
+PoolShape<Index> narrow_shape(const PoolGeom& g) {
   return {Index(g.planes), Index(g.h), Index(g.w), Index(g.oh), Index(g.ow),
           Index(g.kh),     Index(g.kw), Index(g.sh), Index(g.sw), Index(g.ph), Index(g.pw)};
 }
@@ -264,7 +223,7 @@ void dispatch_indices(DType dtype, Fn&& fn) {
 // indices [N, C, OH, OW] (U8 or I64). One thread per output element.
 void CudaKernels::pool2d_forward(const Pool2dArgs& args) {
   constexpr const char* op = "pool2d_forward";
-  const PoolShape<int64_t> g64 = check_pool(args, op);
+  const PoolGeom g64 = check_pool2d(args, op);
   const int64_t n_in = args.input.numel(), n_out = args.output.numel();
   dispatch_floating(args.input.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -298,7 +257,7 @@ void CudaKernels::pool2d_forward(const Pool2dArgs& args) {
 // one costs one synchronisation to report it, as the CPU throws for it.
 void CudaKernels::pool2d_backward(const Pool2dArgs& args) {
   constexpr const char* op = "pool2d_backward";
-  const PoolShape<int64_t> g64 = check_pool(args, op);
+  const PoolGeom g64 = check_pool2d(args, op);
   const int64_t n_in = args.input.numel(), n_out = args.output.numel();
   dispatch_floating(args.input.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;

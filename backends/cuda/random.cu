@@ -10,6 +10,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/kernel_checks.h"
 #include "backends/philox.h"
 
 namespace demi::backend::cuda {
@@ -51,12 +52,8 @@ __global__ void random_kernel(T* out, int64_t n, RandomKind kind, double a, doub
 
 // random: output (any shape, floating dtype) filled with uniform [a, b) or normal (a, b) draws.
 void CudaKernels::random(const RandomArgs& args) {
+  check_random(args);
   const bool uniform = args.kind == RandomKind::Uniform;
-  DEMI_CHECK(std::isfinite(args.a) && std::isfinite(args.b), "random: a = ", args.a, " and b = ", args.b,
-             " must be finite");
-  DEMI_CHECK(!uniform || args.a <= args.b, "random uniform: needs a <= b for [a, b), got a = ", args.a,
-             ", b = ", args.b);
-  DEMI_CHECK(uniform || args.b >= 0.0, "random normal: the standard deviation b must be >= 0, got ", args.b);
   const int64_t n = args.output.numel();
   dispatch_floating(args.output.dtype, "random", [&](auto tag) {
     using T = typename decltype(tag)::type;

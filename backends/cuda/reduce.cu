@@ -9,12 +9,12 @@
 
 #include <algorithm>
 #include <limits>
-#include <utility>
-#include <vector>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/device_types.cuh"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
 
@@ -32,15 +32,6 @@ constexpr int64_t kRunChunk = 8192;
 constexpr int64_t kManyColumns = 65536;
 constexpr int64_t kColumnChunk = 64;
 
-const char* reduce_name(ReduceKind k) {
-  switch (k) {
-    case ReduceKind::Sum: return "reduce sum";
-    case ReduceKind::Mean: return "reduce mean";
-    case ReduceKind::Max: return "reduce max";
-  }
-  return "reduce";
-}
-
 // Sum (and mean) add; max keeps the larger value and, like the CPU and PyTorch, propagates NaN.
 struct Combine {
   bool is_max;
@@ -49,28 +40,6 @@ struct Combine {
     return is_max ? ((v > acc || isnan(v)) ? v : acc) : acc + v;
   }
 };
-
-// Every lane gets the combination of the warp's 32 values (a butterfly: the same operands meet in
-// the same order on every lane).
-template <typename Op>
-__device__ double warp_reduce(double v, Op op) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// Every thread gets the combination of the block's values; blockDim.x is a multiple of 32.
-template <typename Op>
-__device__ double block_reduce(double v, Op op, double identity) {
-  __shared__ double warp_results[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_reduce(v, op);
-  __syncthreads();  // a previous call's readers are done with warp_results
-  if (lane == 0) warp_results[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x / 32) ? warp_results[lane] : identity;
-  return warp_reduce(v, op);
-}
 
 // x's merged dims, innermost first: kept ones (their mixed radix is y's flat index) and reduced ones
 // (their mixed radix is the reduced index r in [0, R)), with x's element strides.
@@ -136,25 +105,21 @@ __device__ inline double load(const T* x, int64_t i) {
 
 // The innermost dim of x is reduced: a group (a warp, or the block when kBlockPerGroup) per
 // (output o, chunk s), its lanes striding over the chunk's reduced indices, so neighbouring lanes
-// read neighbouring elements. Groups are numbered o * splits + s.
+// read neighbouring elements. Groups are RowLanes' rows, numbered o * splits + s.
 template <typename T, bool kBlockPerGroup>
 __global__ void reduce_runs_kernel(const T* x, ReduceGeometry g, Combine op, ReduceOutput out) {
-  const int width = kBlockPerGroup ? static_cast<int>(blockDim.x) : 32;
-  const int lane = kBlockPerGroup ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x % 32);
-  const int64_t groups_per_block = kBlockPerGroup ? 1 : blockDim.x / 32;
-  const int64_t first = int64_t(blockIdx.x) * groups_per_block + (kBlockPerGroup ? 0 : threadIdx.x / 32);
-  const int64_t step = int64_t(gridDim.x) * groups_per_block;
+  const RowLanes<kBlockPerGroup> lanes;
   const int64_t groups = g.outputs * g.splits;
   // The loop condition is uniform over a group, so the whole group reaches the reduction.
-  for (int64_t group = first; group < groups; group += step) {
+  for (int64_t group = lanes.first_row; group < groups; group += lanes.row_step) {
     const int64_t o = group / g.splits, s = group % g.splits;
     const int64_t base = kept_offset(g, o);
     const int64_t begin = s * g.chunk, end = min(begin + g.chunk, g.R);
     double acc = op.identity();
-    for (int64_t r = begin + lane; r < end; r += width) acc = op(acc, load(x, base + reduced_offset(g, r)));
-    if constexpr (kBlockPerGroup) acc = block_reduce(acc, op, op.identity());
-    else acc = warp_reduce(acc, op);
-    if (lane == 0) out.chunk_result(g, o, s, acc);
+    for (int64_t r = begin + lanes.lane; r < end; r += lanes.width)
+      acc = op(acc, load(x, base + reduced_offset(g, r)));
+    acc = lanes.reduce(acc, op, op.identity());
+    if (lanes.lane == 0) out.chunk_result(g, o, s, acc);
   }
 }
 
@@ -192,31 +157,13 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // (or 0-d for a full reduction), of any floating dtype.
 void CudaKernels::reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) {
   const char* name = reduce_name(kind);
-  DEMI_CHECK(is_floating(x.dtype) && is_floating(y.dtype), name, ": x is ", x.dtype, " and y is ", y.dtype,
-             "; both must be floating (float32, float64, float16 or bfloat16); cast integer tensors first");
-  const Shape& xs = x.shape;
-  const Shape ys = y.shape.empty() ? Shape(xs.size(), 1) : y.shape;
-  DEMI_CHECK(ys.size() == xs.size(), name, ": y ", y.shape, " must have x ", xs,
-             "'s rank with reduced dims of extent 1 (keepdim form)");
-  // Merge neighbouring dims of the same kind (outer first); extent-1 dims drop out.
-  int64_t R = 1;
-  std::vector<std::pair<int64_t, bool>> groups;  // (extent, reduced)
-  for (size_t d = 0; d < xs.size(); ++d) {
-    DEMI_CHECK(ys[d] == xs[d] || ys[d] == 1, name, ": y ", y.shape, " does not fit x ", xs,
-               " (dimension ", d, " is ", ys[d], " in y, ", xs[d],
-               " in x); each y extent must equal x's (kept) or be 1 (reduced)");
-    const bool is_reduced = ys[d] == 1 && xs[d] != 1;
-    if (is_reduced) R *= xs[d];
-    if (xs[d] == 1) continue;
-    if (!groups.empty() && groups.back().second == is_reduced) groups.back().first *= xs[d];
-    else groups.emplace_back(xs[d], is_reduced);
-  }
-  const int64_t outputs = y.numel();
+  const ReduceDims dims = check_reduce(kind, x, y);
+  const int64_t R = dims.R, outputs = dims.outputs;
+  const auto& groups = dims.groups;  // neighbouring dims of the same kind merged, outer first
   if (outputs == 0) return;
-  DEMI_CHECK(kind != ReduceKind::Max || R > 0, name, ": x ", xs,
-             " has no elements along the reduced dims, so the max is undefined; reduce over a non-empty range");
   if (R == 0) {  // an empty sum is 0, an empty mean 0 / 0 = NaN, as on the CPU
-    fill(TensorRef{y.data, ys, y.dtype}, kind == ReduceKind::Mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+    const double empty = kind == ReduceKind::Mean ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+    fill(TensorRef{y.data, dims.keepdim, y.dtype}, empty);
     return;
   }
 
@@ -227,8 +174,9 @@ void CudaKernels::reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y
   for (size_t k = groups.size(); k-- > 0;) {  // innermost first
     const bool is_reduced = groups[k].second;
     int& rank = is_reduced ? g.reduced_rank : g.kept_rank;
-    DEMI_CHECK(rank < kMaxDims, name, ": x ", xs, " -> y ", y.shape, " alternates kept and reduced dims more than ",
-               kMaxDims, " times each, the CUDA backend's limit; reshape or reduce in two steps");
+    DEMI_CHECK(rank < kMaxDims, name, ": x ", x.shape, " -> y ", y.shape,
+               " alternates kept and reduced dims more than ", kMaxDims,
+               " times each, the CUDA backend's limit; reshape or reduce in two steps");
     (is_reduced ? g.reduced_extent : g.kept_extent)[rank] = groups[k].first;
     (is_reduced ? g.reduced_stride : g.kept_stride)[rank] = stride;
     ++rank;

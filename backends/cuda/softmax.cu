@@ -8,7 +8,9 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/device_types.cuh"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
 
@@ -16,71 +18,6 @@ namespace {
 
 constexpr int kThreads = 256;       // a multiple of 32
 constexpr int64_t kWarpRow = 1024;  // rows up to this long take one warp, longer ones a block
-
-const char* softmax_name(SoftmaxKind k) { return k == SoftmaxKind::Softmax ? "softmax" : "log_softmax"; }
-
-// Rows of the last dim: a 0-d tensor is one row of one element, as in PyTorch.
-int64_t row_length(const Shape& s) { return s.empty() ? 1 : s.back(); }
-
-void check_same(const char* op, const char* what_a, const TensorRef& a, const char* what_b, const TensorRef& b) {
-  DEMI_CHECK(a.shape == b.shape && a.dtype == b.dtype, op, ": ", what_a, " ", a.shape, " (", a.dtype,
-             ") and ", what_b, " ", b.shape, " (", b.dtype, ") must have the same shape and dtype");
-}
-
-// fmax ignores a NaN operand, as the CPU's std::max(m, x) does for a NaN x.
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-  __device__ double operator()(double a, double b) const { return fmax(a, b); }
-};
-struct Sum {
-  __device__ double operator()(double a, double b) const { return a + b; }
-};
-
-// A product rounded on its own, never contracted with a following add into an FMA: the CPU's
-// arithmetic (ISO C++, -ffp-contract=off).
-__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-
-// Every lane gets the combination of the warp's 32 values (a butterfly: the same operands meet in
-// the same order on every lane, so all lanes agree bit for bit).
-template <typename A, typename Op>
-__device__ A warp_reduce(A v, Op op) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// Every thread gets the combination of the block's values; blockDim.x is a multiple of 32.
-template <typename A, typename Op>
-__device__ A block_reduce(A v, Op op, A identity) {
-  __shared__ A warp_results[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_reduce(v, op);
-  __syncthreads();  // a previous call's readers are done with warp_results
-  if (lane == 0) warp_results[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x / 32) ? warp_results[lane] : identity;
-  return warp_reduce(v, op);
-}
-
-// The threads sharing one row: a warp (several rows per block) or the whole block.
-template <bool kBlockPerRow>
-struct RowLanes {
-  int lane, width;
-  int64_t first_row, row_step;
-  __device__ RowLanes() {
-    const int64_t rows_per_block = kBlockPerRow ? 1 : blockDim.x / 32;
-    lane = kBlockPerRow ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x % 32);
-    width = kBlockPerRow ? static_cast<int>(blockDim.x) : 32;
-    first_row = int64_t(blockIdx.x) * rows_per_block + (kBlockPerRow ? 0 : threadIdx.x / 32);
-    row_step = int64_t(gridDim.x) * rows_per_block;
-  }
-  template <typename A, typename Op>
-  __device__ A reduce(A v, Op op, A identity) const {
-    if constexpr (kBlockPerRow) return block_reduce(v, op, identity);
-    else return warp_reduce(v, op);
-  }
-};
 
 // x, y [rows, K] of T (may alias): y = softmax or log-softmax of each row.
 template <typename T, bool kBlockPerRow>
@@ -92,8 +29,8 @@ __global__ void softmax_forward_kernel(SoftmaxKind kind, const T* x, T* y, int64
     const T* xr = x + row * K;
     T* yr = y + row * K;
     C m = static_cast<C>(-CUDART_INF);
-    for (int64_t j = lanes.lane; j < K; j += lanes.width) m = Max{}(m, widen(xr[j]));
-    m = lanes.reduce(m, Max{}, static_cast<C>(-CUDART_INF));
+    for (int64_t j = lanes.lane; j < K; j += lanes.width) m = FMax{}(m, widen(xr[j]));
+    m = lanes.reduce(m, FMax{}, static_cast<C>(-CUDART_INF));
     double sum = 0.0;
     for (int64_t j = lanes.lane; j < K; j += lanes.width) sum += static_cast<double>(dmath::exp(widen(xr[j]) - m));
     sum = lanes.reduce(sum, Sum{}, 0.0);
@@ -137,8 +74,8 @@ __global__ void softmax_backward_kernel(SoftmaxKind kind, const T* y, const T* g
 // softmax_forward: x, y [..., K] of one floating dtype (may alias) -> y.
 void CudaKernels::softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) {
   const char* name = softmax_name(kind);
-  check_same(name, "x", x, "y", y);
-  const int64_t K = row_length(x.shape);
+  check_softmax_forward(kind, x, y);
+  const int64_t K = softmax_row_length(x.shape);
   if (x.numel() == 0) return;
   const int64_t rows = x.numel() / K;
   dispatch_floating(x.dtype, name, [&](auto tag) {
@@ -159,9 +96,8 @@ void CudaKernels::softmax_forward(SoftmaxKind kind, const TensorRef& x, const Te
 void CudaKernels::softmax_backward(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
                                    const TensorRef& grad_x) {
   const char* name = softmax_name(kind);
-  check_same(name, "y", y, "grad_y", grad_y);
-  check_same(name, "y", y, "grad_x", grad_x);
-  const int64_t K = row_length(y.shape);
+  check_softmax_backward(kind, y, grad_y, grad_x);
+  const int64_t K = softmax_row_length(y.shape);
   if (y.numel() == 0) return;
   const int64_t rows = y.numel() / K;
   dispatch_floating(y.dtype, name, [&](auto tag) {

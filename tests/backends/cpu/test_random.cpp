@@ -11,6 +11,7 @@
 
 #include "backends/kernels.h"
 #include "support/host_tensor.h"
+#include "support/random_moments.h"
 
 namespace {
 
@@ -100,22 +101,8 @@ TEST(CpuRandom, MomentsWithinThreeSigma) {
   const int64_t n = 100000;
   for (DType dtype : kFloating) {
     SCOPED_TRACE(demi::dtype_name(dtype));
-    const std::vector<double> z = draw(RandomKind::Normal, dtype, n, 123, 0, 1.5, 2.0);
-    double mean = 0, var = 0;
-    for (double v : z) mean += v;
-    mean /= n;
-    for (double v : z) var += (v - mean) * (v - mean);
-    var /= n - 1;
-    EXPECT_NEAR(mean, 1.5, 3 * 2.0 / std::sqrt(n));
-    EXPECT_NEAR(var, 4.0, 3 * 4.0 * std::sqrt(2.0 / n));
-
-    const std::vector<double> u = draw(RandomKind::Uniform, dtype, n, 124, 0, -1.0, 3.0);
-    double umean = 0;
-    for (double v : u) umean += v;
-    umean /= n;
-    EXPECT_NEAR(umean, 1.0, 3 * (4.0 / std::sqrt(12.0)) / std::sqrt(n));
-    EXPECT_GE(*std::min_element(u.begin(), u.end()), -1.0);
-    EXPECT_LT(*std::max_element(u.begin(), u.end()), 3.0);
+    demi::test::expect_normal_moments(draw(RandomKind::Normal, dtype, n, 123, 0, 1.5, 2.0), 1.5, 2.0);
+    demi::test::expect_uniform_moments(draw(RandomKind::Uniform, dtype, n, 124, 0, -1.0, 3.0), -1.0, 3.0);
   }
 }
 

@@ -176,6 +176,30 @@ const std::vector<Shape> kShapes = {
     {512, 1, 32, 32},   // one wide channel split over many blocks
 };
 
+// A training forward of p on the CPU (want) and on cuda:0 (got).
+struct ForwardPair {
+  BnResult want, got;
+};
+
+// Runs a training forward of p on both backends and compares the output, save_mean, save_invstd and
+// running_var; returns both results for further checks.
+ForwardPair expect_train_forward_matches(const BnProblem& p, const std::string& name) {
+  ForwardPair r{run_forward(cpu(), p, BatchNormMode::Train), run_forward(gpu(), p, BatchNormMode::Train)};
+  const double st = stats_tol(p.dtype);
+  expect_near(r.got.y, r.want.y, output_tol(p.dtype), name + " output");
+  expect_near(r.got.save_mean, r.want.save_mean, st, name + " save_mean");
+  expect_near(r.got.save_invstd, r.want.save_invstd, st, name + " save_invstd");
+  expect_near(r.got.running_var, r.want.running_var, st, name + " running_var");
+  return r;
+}
+
+// p with save_mean and save_invstd from the CPU's training forward, as a backward takes them.
+BnProblem with_saved_stats(BnProblem p) {
+  const BnResult stats = run_forward(cpu(), p, BatchNormMode::Train);
+  p.save_mean = stats.save_mean, p.save_invstd = stats.save_invstd;
+  return p;
+}
+
 TEST(CudaBatchNorm, TrainForwardMatchesCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
   for (const Shape& shape : kShapes) {
@@ -183,15 +207,8 @@ TEST(CudaBatchNorm, TrainForwardMatchesCpu) {
       for (const bool affine : {true, false}) {
         const std::string name = name_of(affine ? "train forward" : "train forward without affine", shape, dtype);
         SCOPED_TRACE(name);
-        const BnProblem p = make_problem(shape, dtype, affine, true, 0.5, 11);
-        const BnResult want = run_forward(cpu(), p, BatchNormMode::Train);
-        const BnResult got = run_forward(gpu(), p, BatchNormMode::Train);
-        const double st = stats_tol(dtype);
-        expect_near(got.y, want.y, output_tol(dtype), name + " output");
-        expect_near(got.save_mean, want.save_mean, st, name + " save_mean");
-        expect_near(got.save_invstd, want.save_invstd, st, name + " save_invstd");
-        expect_near(got.running_mean, want.running_mean, st, name + " running_mean");
-        expect_near(got.running_var, want.running_var, st, name + " running_var");
+        const ForwardPair r = expect_train_forward_matches(make_problem(shape, dtype, affine, true, 0.5, 11), name);
+        expect_near(r.got.running_mean, r.want.running_mean, stats_tol(dtype), name + " running_mean");
       }
     }
   }
@@ -204,14 +221,7 @@ TEST(CudaBatchNorm, TrainForwardLargeMeanSmallSpread) {
     const Shape shape{16, 4, 24, 24};
     const std::string name = name_of("train forward, mean 1000", shape, dtype);
     SCOPED_TRACE(name);
-    const BnProblem p = make_problem(shape, dtype, true, true, 1000.0, 21);
-    const BnResult want = run_forward(cpu(), p, BatchNormMode::Train);
-    const BnResult got = run_forward(gpu(), p, BatchNormMode::Train);
-    const double st = stats_tol(dtype);
-    expect_near(got.y, want.y, output_tol(dtype), name + " output");
-    expect_near(got.save_mean, want.save_mean, st, name + " save_mean");
-    expect_near(got.save_invstd, want.save_invstd, st, name + " save_invstd");
-    expect_near(got.running_var, want.running_var, st, name + " running_var");
+    expect_train_forward_matches(make_problem(shape, dtype, true, true, 1000.0, 21), name);
   }
 }
 
@@ -262,9 +272,7 @@ TEST(CudaBatchNorm, BackwardMatchesCpu) {
       for (const bool affine : {true, false}) {
         const std::string name = name_of(affine ? "backward" : "backward without weight", shape, dtype);
         SCOPED_TRACE(name);
-        BnProblem p = make_problem(shape, dtype, affine, false, 0.5, 51);
-        const BnResult stats = run_forward(cpu(), p, BatchNormMode::Train);
-        p.save_mean = stats.save_mean, p.save_invstd = stats.save_invstd;
+        const BnProblem p = with_saved_stats(make_problem(shape, dtype, affine, false, 0.5, 51));
         const BnResult want = run_backward(cpu(), p, {});
         const BnResult got = run_backward(gpu(), p, {});
         std::vector<double> bias_scale, weight_scale;
@@ -281,9 +289,7 @@ TEST(CudaBatchNorm, BackwardEachOutputOptional) {
   if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
   const Shape shape{5, 4, 6, 3};
   for (const DType dtype : kFloatDTypes) {
-    BnProblem p = make_problem(shape, dtype, true, false, 0.0, 61);
-    const BnResult stats = run_forward(cpu(), p, BatchNormMode::Train);
-    p.save_mean = stats.save_mean, p.save_invstd = stats.save_invstd;
+    const BnProblem p = with_saved_stats(make_problem(shape, dtype, true, false, 0.0, 61));
     const BnResult want = run_backward(cpu(), p, {});
     std::vector<double> bias_scale, weight_scale;
     magnitudes(p, bias_scale, weight_scale);

@@ -15,6 +15,7 @@
 
 #include "backends/cuda/cuda_test_util.h"
 #include "backends/kernels.h"
+#include "support/random_moments.h"
 
 namespace demi::backend {
 namespace {
@@ -150,21 +151,9 @@ TEST(CudaRandom, MomentsWithinThreeSigma) {
   for (const DType dtype : kFloatDTypes) {
     SCOPED_TRACE(dtype_name(dtype));
     const std::vector<double> z = decode(draw(gpu(), RandomKind::Normal, dtype, n, 123, 1, 1.5, 2.0), dtype);
-    double mean = 0, var = 0;
-    for (double v : z) mean += v;
-    mean /= n;
-    for (double v : z) var += (v - mean) * (v - mean);
-    var /= n - 1;
-    EXPECT_NEAR(mean, 1.5, 3 * 2.0 / std::sqrt(n));
-    EXPECT_NEAR(var, 4.0, 3 * 4.0 * std::sqrt(2.0 / n));
-
+    test::expect_normal_moments(z, 1.5, 2.0);
     const std::vector<double> u = decode(draw(gpu(), RandomKind::Uniform, dtype, n, 124, 1, -1.0, 3.0), dtype);
-    double umean = 0;
-    for (double v : u) umean += v;
-    umean /= n;
-    EXPECT_NEAR(umean, 1.0, 3 * (4.0 / std::sqrt(12.0)) / std::sqrt(n));
-    EXPECT_GE(*std::min_element(u.begin(), u.end()), -1.0);
-    EXPECT_LT(*std::max_element(u.begin(), u.end()), 3.0);
+    test::expect_uniform_moments(u, -1.0, 3.0);
   }
 }
 

@@ -1,0 +1,410 @@
+// The argument checks every backend runs before its kernels, so CPU and CUDA refuse the same inputs
+// with the same messages. Host-only C++ (no CUDA, no Eigen): included by backends/cpu/*.cpp and
+// backends/cuda/*.cu alike; a backend adds its own limits (cuDNN's 32-bit extents) after these.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "backends/kernels.h"
+#include "framework/core/error.h"
+
+namespace demi::backend {
+
+// --- reduce --------------------------------------------------------------------------------------
+
+inline const char* reduce_name(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::Sum: return "reduce sum";
+    case ReduceKind::Mean: return "reduce mean";
+    case ReduceKind::Max: return "reduce max";
+  }
+  return "reduce";
+}
+
+// A checked reduction: x's dims with neighbouring kept / reduced ones merged, outer first (extent-1
+// dims dropped), and the counts the kernels need.
+struct ReduceDims {
+  Shape keepdim;                                 // y's shape in keepdim form (a 0-d y: x's rank of 1s)
+  std::vector<std::pair<int64_t, bool>> groups;  // (extent, reduced), outer first
+  int64_t R = 1;                                 // reduced elements per output
+  int64_t outputs = 0;                           // y.numel(); 0: nothing to do
+};
+
+// reduce(kind, x, y): floating x and y, y in keepdim form (or 0-d for a full reduction); a max over
+// an empty range is refused unless there is no output at all.
+inline ReduceDims check_reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) {
+  const char* name = reduce_name(kind);
+  DEMI_CHECK(is_floating(x.dtype) && is_floating(y.dtype), name, ": x is ", x.dtype, " and y is ", y.dtype,
+             "; both must be floating (float32, float64, float16 or bfloat16); cast integer tensors first");
+  const Shape& xs = x.shape;
+  ReduceDims d;
+  // A 0-d y is accepted for a full reduction, the one case where keepdim form is a nuisance.
+  d.keepdim = y.shape.empty() ? Shape(xs.size(), 1) : y.shape;
+  const Shape& ys = d.keepdim;
+  DEMI_CHECK(ys.size() == xs.size(), name, ": y ", y.shape, " must have x ", xs,
+             "'s rank with reduced dims of extent 1 (keepdim form)");
+  for (size_t i = 0; i < xs.size(); ++i) {
+    DEMI_CHECK(ys[i] == xs[i] || ys[i] == 1, name, ": y ", y.shape, " does not fit x ", xs,
+               " (dimension ", i, " is ", ys[i], " in y, ", xs[i],
+               " in x); each y extent must equal x's (kept) or be 1 (reduced)");
+    const bool is_reduced = ys[i] == 1 && xs[i] != 1;
+    if (is_reduced) d.R *= xs[i];
+    if (xs[i] == 1) continue;
+    if (!d.groups.empty() && d.groups.back().second == is_reduced) d.groups.back().first *= xs[i];
+    else d.groups.emplace_back(xs[i], is_reduced);
+  }
+  d.outputs = y.numel();
+  DEMI_CHECK(d.outputs == 0 || kind != ReduceKind::Max || d.R > 0, name, ": x ", xs,
+             " has no elements along the reduced dims, so the max is undefined; reduce over a non-empty range");
+  return d;
+}
+
+// --- gemm ----------------------------------------------------------------------------------------
+
+// Elements a batched gemm operand spans: one matrix when it is shared (stride 0) or batch is 1.
+inline int64_t gemm_span(int64_t batch, int64_t stride, int64_t matrix) {
+  return (batch == 1 || stride == 0) ? matrix : (batch - 1) * stride + matrix;
+}
+
+inline void check_gemm(const GemmArgs& g) {
+  DEMI_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 1, "gemm: need m, n, k >= 0 and batch >= 1, got m=",
+             g.m, " n=", g.n, " k=", g.k, " batch=", g.batch);
+  DEMI_CHECK(g.a.dtype == g.b.dtype, "gemm: A and B must share a dtype, got ", g.a.dtype, " and ", g.b.dtype,
+             "; cast one of them first");
+  DEMI_CHECK(is_floating(g.a.dtype) && is_floating(g.c.dtype), "gemm: A, B and C must be floating, got A ",
+             g.a.dtype, " and C ", g.c.dtype);
+  DEMI_CHECK(g.stride_a >= 0 && g.stride_b >= 0 && g.stride_c >= 0, "gemm: batch strides must be >= 0, got ",
+             g.stride_a, ", ", g.stride_b, ", ", g.stride_c);
+  const int64_t mn = g.m * g.n;
+  DEMI_CHECK(g.batch == 1 || g.stride_c >= mn, "gemm: with batch ", g.batch, " C's stride must be >= m * n = ",
+             mn, " (each product needs its own C), got ", g.stride_c);
+  auto need = [&](const TensorRef& t, const char* name, int64_t stride, int64_t matrix) {
+    const int64_t elems = gemm_span(g.batch, stride, matrix);
+    DEMI_CHECK(elems == 0 || t.defined(), "gemm: ", name, " is undefined");
+    DEMI_CHECK(t.numel() >= elems, "gemm: ", name, " of shape ", t.shape, " holds ", t.numel(),
+               " elements, but m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch, " and stride ", stride,
+               " need ", elems);
+  };
+  need(g.a, "A", g.stride_a, g.m * g.k);
+  need(g.b, "B", g.stride_b, g.k * g.n);
+  need(g.c, "C", g.stride_c, mn);
+  if (g.bias.defined()) {
+    DEMI_CHECK(is_floating(g.bias.dtype), "gemm: bias must be floating, got ", g.bias.dtype);
+    DEMI_CHECK(g.bias.numel() == g.n, "gemm: bias must have n = ", g.n, " elements, got shape ", g.bias.shape);
+  }
+}
+
+// --- conv2d --------------------------------------------------------------------------------------
+
+// A checked convolution's extents: input [n, c, h, w], weight [o, c, kh, kw], output [n, o, oh, ow].
+struct ConvGeom {
+  int64_t n, c, h, w, o, kh, kw, oh, ow;
+  int64_t sh, sw, ph, pw;
+  int64_t ckk() const { return c * kh * kw; }
+  int64_t plane() const { return oh * ow; }
+  // A 1x1 convolution with stride 1 and no padding reads the image itself as its column matrix.
+  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+};
+
+// Every conv2d pass (op names it): shapes, one floating dtype, the output's extents, the bias.
+inline ConvGeom check_conv2d(const Conv2dArgs& a, const char* op) {
+  const TensorRef &x = a.input, &wt = a.weight, &y = a.output;
+  DEMI_CHECK(x.shape.size() == 4, op, ": input must be [N, C, H, W], got ", x.shape);
+  DEMI_CHECK(wt.shape.size() == 4, op, ": weight must be [O, C, KH, KW], got ", wt.shape);
+  DEMI_CHECK(y.shape.size() == 4, op, ": output must be [N, O, OH, OW], got ", y.shape);
+  DEMI_CHECK(a.stride_h >= 1 && a.stride_w >= 1 && a.pad_h >= 0 && a.pad_w >= 0, op,
+             ": need stride >= 1 and padding >= 0, got stride (", a.stride_h, ", ", a.stride_w, ") padding (",
+             a.pad_h, ", ", a.pad_w, ")");
+  DEMI_CHECK(x.dtype == wt.dtype && x.dtype == y.dtype, op, ": input, weight and output must share a dtype, got ",
+             x.dtype, ", ", wt.dtype, " and ", y.dtype, "; cast them first");
+  DEMI_CHECK(is_floating(x.dtype), op, ": dtype must be floating, got ", x.dtype);
+  ConvGeom g{x.shape[0], x.shape[1], x.shape[2], x.shape[3], wt.shape[0], wt.shape[2], wt.shape[3], 0, 0,
+             a.stride_h, a.stride_w, a.pad_h, a.pad_w};
+  DEMI_CHECK(wt.shape[1] == g.c, op, ": weight ", wt.shape, " expects ", wt.shape[1], " input channels, but input ",
+             x.shape, " has ", g.c, " (groups are not supported)");
+  DEMI_CHECK(g.kh >= 1 && g.kw >= 1 && g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": kernel ", g.kh,
+             "x", g.kw, " does not fit the padded input ", x.shape, " with padding (", g.ph, ", ", g.pw, ")");
+  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  const Shape expected{g.n, g.o, g.oh, g.ow};
+  DEMI_CHECK(y.shape == expected, op, ": output must be ", expected, " for input ", x.shape, ", weight ", wt.shape,
+             ", stride (", g.sh, ", ", g.sw, ") and padding (", g.ph, ", ", g.pw, "), got ", y.shape);
+  DEMI_CHECK(g.n * g.c * g.h * g.w == 0 || x.defined(), op, ": input is undefined");
+  DEMI_CHECK(g.o * g.ckk() == 0 || wt.defined(), op, ": weight is undefined");
+  DEMI_CHECK(g.n * g.o * g.plane() == 0 || y.defined(), op, ": output is undefined");
+  if (a.bias.defined()) {
+    DEMI_CHECK(is_floating(a.bias.dtype), op, ": bias must be floating, got ", a.bias.dtype);
+    DEMI_CHECK(a.bias.numel() == g.o, op, ": bias must be [", g.o, "], got ", a.bias.shape);
+  }
+  return g;
+}
+
+// --- pool2d --------------------------------------------------------------------------------------
+
+// A checked pooling's extents: input [planes = N * C, h, w], output [planes, oh, ow].
+struct PoolGeom {
+  int64_t planes, h, w, oh, ow;
+  int64_t kh, kw, sh, sw, ph, pw;
+};
+
+// Both pool2d passes (op names it): shapes, window, dtypes and, for max pooling, the indices.
+inline PoolGeom check_pool2d(const Pool2dArgs& a, const char* op) {
+  const TensorRef &x = a.input, &y = a.output;
+  DEMI_CHECK(x.shape.size() == 4, op, ": input must be [N, C, H, W], got ", x.shape);
+  DEMI_CHECK(a.kernel_h >= 1 && a.kernel_w >= 1 && a.stride_h >= 1 && a.stride_w >= 1, op,
+             ": need kernel >= 1 and stride >= 1, got kernel (", a.kernel_h, ", ", a.kernel_w, ") stride (",
+             a.stride_h, ", ", a.stride_w, ")");
+  // Also guarantees that every window holds at least one input element, as PyTorch requires.
+  DEMI_CHECK(a.pad_h >= 0 && a.pad_w >= 0 && 2 * a.pad_h <= a.kernel_h && 2 * a.pad_w <= a.kernel_w, op,
+             ": padding must be between 0 and half the kernel, got padding (", a.pad_h, ", ", a.pad_w,
+             ") for kernel (", a.kernel_h, ", ", a.kernel_w, ")");
+  DEMI_CHECK(x.dtype == y.dtype && is_floating(x.dtype), op, ": input and output must share a floating dtype, got ",
+             x.dtype, " and ", y.dtype);
+  PoolGeom g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], 0, 0, a.kernel_h, a.kernel_w,
+             a.stride_h, a.stride_w, a.pad_h, a.pad_w};
+  DEMI_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": kernel (", g.kh, ", ", g.kw,
+             ") is larger than the padded input ", x.shape);
+  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  const Shape expected{x.shape[0], x.shape[1], g.oh, g.ow};
+  DEMI_CHECK(y.shape == expected, op, ": output must be ", expected, " for input ", x.shape, ", got ", y.shape);
+  DEMI_CHECK(x.numel() == 0 || (x.defined() && y.defined()), op, ": input or output is undefined");
+  if (a.kind == PoolKind::Max) {
+    const DType want = g.kh * g.kw <= 256 ? DType::U8 : DType::I64;
+    DEMI_CHECK(a.indices.dtype == want, op, ": max-pool indices for a ", g.kh, "x", g.kw, " window must be ", want,
+               ", got ", a.indices.dtype);
+    DEMI_CHECK(a.indices.shape == expected, op, ": indices must be ", expected, ", got ", a.indices.shape);
+    DEMI_CHECK(y.numel() == 0 || a.indices.defined(), op, ": max pooling needs indices");
+  }
+  return g;
+}
+
+// --- batch_norm ----------------------------------------------------------------------------------
+
+// A checked batch norm's extents: input [n, c] or [n, c, H, W] with hw = H * W (1 for [n, c]).
+struct BnGeom {
+  int64_t n, c, hw;
+  int64_t count() const { return n * hw; }
+};
+
+namespace batch_norm_checks {
+
+// The dtype of statistics and affine parameters for an input dtype.
+inline DType stats_dtype(DType input) { return input == DType::F64 ? DType::F64 : DType::F32; }
+
+inline void check_param(const TensorRef& t, const char* name, const BnGeom& g, DType want, const char* op) {
+  if (!t.defined()) return;
+  DEMI_CHECK(t.dtype == want, op, ": ", name, " must be ", want, " for this input, got ", t.dtype,
+             " (statistics and affine parameters stay fp32 for half inputs)");
+  DEMI_CHECK(t.numel() == g.c, op, ": ", name, " must have C = ", g.c, " elements, got shape ", t.shape);
+}
+
+inline void check_like(const TensorRef& t, const TensorRef& x, const char* name, const char* op) {
+  if (!t.defined()) return;
+  DEMI_CHECK(t.shape == x.shape && t.dtype == x.dtype, op, ": ", name, " must match the input (", x.shape, " ",
+             x.dtype, "), got ", t.shape, " ", t.dtype);
+}
+
+inline BnGeom check_input(const TensorRef& x, const char* op) {
+  DEMI_CHECK(x.shape.size() == 2 || x.shape.size() == 4, op, ": input must be [N, C] or [N, C, H, W], got ",
+             x.shape);
+  DEMI_CHECK(is_floating(x.dtype), op, ": input must be floating, got ", x.dtype);
+  DEMI_CHECK(x.numel() == 0 || x.defined(), op, ": input is undefined");
+  return {x.shape[0], x.shape[1], x.shape.size() == 4 ? x.shape[2] * x.shape[3] : 1};
+}
+
+}  // namespace batch_norm_checks
+
+inline BnGeom check_batch_norm_forward(const BatchNormArgs& args) {
+  using namespace batch_norm_checks;
+  constexpr const char* op = "batch_norm_forward";
+  const BnGeom g = check_input(args.input, op);
+  DEMI_CHECK(args.output.defined() || args.input.numel() == 0, op, ": output is undefined");
+  check_like(args.output, args.input, "output", op);
+  const DType s = stats_dtype(args.input.dtype);
+  check_param(args.weight, "weight", g, s, op);
+  check_param(args.bias, "bias", g, s, op);
+  check_param(args.running_mean, "running_mean", g, s, op);
+  check_param(args.running_var, "running_var", g, s, op);
+  if (args.mode == BatchNormMode::Train) {
+    check_param(args.save_mean, "save_mean", g, s, op);
+    check_param(args.save_invstd, "save_invstd", g, s, op);
+    DEMI_CHECK(g.count() > 1, op, ": training needs more than one value per channel to estimate a variance, got input ",
+               args.input.shape, "; use a larger batch or eval mode");
+  } else {
+    DEMI_CHECK(args.running_mean.defined() && args.running_var.defined(), op,
+               ": eval mode normalises with running_mean and running_var; pass both");
+  }
+  return g;
+}
+
+inline BnGeom check_batch_norm_backward(const BatchNormArgs& args) {
+  using namespace batch_norm_checks;
+  constexpr const char* op = "batch_norm_backward";
+  const BnGeom g = check_input(args.input, op);
+  DEMI_CHECK(args.grad_output.defined() || args.input.numel() == 0, op, ": grad_output is undefined");
+  check_like(args.grad_output, args.input, "grad_output", op);
+  check_like(args.grad_input, args.input, "grad_input", op);
+  const DType s = stats_dtype(args.input.dtype);
+  check_param(args.weight, "weight", g, s, op);
+  check_param(args.grad_weight, "grad_weight", g, s, op);
+  check_param(args.grad_bias, "grad_bias", g, s, op);
+  check_param(args.save_mean, "save_mean", g, s, op);
+  check_param(args.save_invstd, "save_invstd", g, s, op);
+  DEMI_CHECK(args.save_mean.defined() && args.save_invstd.defined(), op,
+             ": needs save_mean and save_invstd from the training-mode forward");
+  return g;
+}
+
+// --- softmax -------------------------------------------------------------------------------------
+
+inline const char* softmax_name(SoftmaxKind k) { return k == SoftmaxKind::Softmax ? "softmax" : "log_softmax"; }
+
+// Rows of the last dim: a 0-d tensor is one row of one element, as in PyTorch.
+inline int64_t softmax_row_length(const Shape& s) { return s.empty() ? 1 : s.back(); }
+
+inline void check_same_shape_dtype(const char* op, const char* what_a, const TensorRef& a, const char* what_b,
+                                   const TensorRef& b) {
+  DEMI_CHECK(a.shape == b.shape && a.dtype == b.dtype, op, ": ", what_a, " ", a.shape, " (", a.dtype,
+             ") and ", what_b, " ", b.shape, " (", b.dtype, ") must have the same shape and dtype");
+}
+
+inline void check_softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) {
+  check_same_shape_dtype(softmax_name(kind), "x", x, "y", y);
+}
+
+inline void check_softmax_backward(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
+                                   const TensorRef& grad_x) {
+  check_same_shape_dtype(softmax_name(kind), "y", y, "grad_y", grad_y);
+  check_same_shape_dtype(softmax_name(kind), "y", y, "grad_x", grad_x);
+}
+
+// --- cross_entropy -------------------------------------------------------------------------------
+
+// Shapes, dtypes and label smoothing shared by forward and backward. The labels' values are each
+// backend's to check (the CPU reads them here and now, CUDA on the device).
+inline void check_cross_entropy_inputs(const char* op, const CrossEntropyArgs& args) {
+  const TensorRef& logits = args.logits;
+  const TensorRef& target = args.target;
+  DEMI_CHECK(logits.shape.size() == 2, op, ": logits must be [N, K], got ", logits.shape,
+             "; flatten the leading dims first");
+  DEMI_CHECK(is_floating(logits.dtype), op, ": logits must be floating, got ", logits.dtype);
+  DEMI_CHECK(target.dtype == DType::I64, op, ": target must be int64 class indices, got ", target.dtype);
+  DEMI_CHECK(target.shape == Shape{logits.shape[0]}, op, ": target ", target.shape,
+             " must be [N] for logits ", logits.shape);
+  DEMI_CHECK(args.label_smoothing >= 0.0 && args.label_smoothing <= 1.0, op,
+             ": label_smoothing must be in [0, 1], got ", args.label_smoothing);
+}
+
+// The dtype of the loss: F64 for F64 logits, else F32.
+inline DType cross_entropy_loss_dtype(DType logits) { return logits == DType::F64 ? DType::F64 : DType::F32; }
+
+// The forward's output: a 0-d loss of cross_entropy_loss_dtype.
+inline void check_cross_entropy_loss(const char* op, const CrossEntropyArgs& args) {
+  const DType loss_dtype = cross_entropy_loss_dtype(args.logits.dtype);
+  DEMI_CHECK(args.loss.defined() && args.loss.shape.empty() && args.loss.dtype == loss_dtype, op,
+             ": loss must be a 0-d ", loss_dtype, " tensor for ", args.logits.dtype, " logits, got ",
+             args.loss.shape, " ", args.loss.dtype);
+}
+
+// The backward's grad_logits (like logits) and grad_loss (0-d).
+inline void check_cross_entropy_grads(const char* op, const CrossEntropyArgs& args) {
+  DEMI_CHECK(args.grad_logits.defined() && args.grad_logits.shape == args.logits.shape &&
+                 args.grad_logits.dtype == args.logits.dtype,
+             op, ": grad_logits must be ", args.logits.shape, " ", args.logits.dtype, " like logits, got ",
+             args.grad_logits.shape, " ", args.grad_logits.dtype);
+  DEMI_CHECK(args.grad_loss.defined() && args.grad_loss.numel() == 1 && args.grad_loss.shape.empty(), op,
+             ": grad_loss must be a 0-d tensor, got ", args.grad_loss.shape);
+}
+
+// --- random --------------------------------------------------------------------------------------
+
+inline void check_random(const RandomArgs& args) {
+  const bool uniform = args.kind == RandomKind::Uniform;
+  DEMI_CHECK(std::isfinite(args.a) && std::isfinite(args.b), "random: a = ", args.a, " and b = ", args.b,
+             " must be finite");
+  DEMI_CHECK(!uniform || args.a <= args.b, "random uniform: needs a <= b for [a, b), got a = ", args.a,
+             ", b = ", args.b);
+  DEMI_CHECK(uniform || args.b >= 0.0, "random normal: the standard deviation b must be >= 0, got ", args.b);
+}
+
+// --- sgd, adamw ----------------------------------------------------------------------------------
+
+// The dtype of an optimizer's state (momentum buffer, moments) for a param dtype.
+inline DType optimizer_state_dtype(DType param) { return param == DType::F64 ? DType::F64 : DType::F32; }
+
+inline void check_sgd_step(const SgdArgs& args) {
+  constexpr const char* op = "sgd_step";
+  const TensorRef& param = args.param;
+  const TensorRef& grad = args.grad;
+  DEMI_CHECK(param.defined() && grad.defined(), op, ": param and grad are required");
+  DEMI_CHECK(grad.numel() == param.numel(), op, ": grad ", grad.shape, " does not match param ", param.shape);
+  DEMI_CHECK(args.lr >= 0.0 && args.momentum >= 0.0 && args.weight_decay >= 0.0, op,
+             ": lr, momentum and weight_decay must be >= 0, got lr = ", args.lr, ", momentum = ", args.momentum,
+             ", weight_decay = ", args.weight_decay);
+  DEMI_CHECK(!args.nesterov || (args.momentum > 0.0 && args.dampening == 0.0), op,
+             ": nesterov needs momentum > 0 and dampening = 0, got momentum = ", args.momentum,
+             ", dampening = ", args.dampening);
+  const DType state_dtype = optimizer_state_dtype(param.dtype);
+  if (args.momentum != 0.0) {
+    const TensorRef& buf = args.momentum_buffer;
+    DEMI_CHECK(buf.defined(), op, ": momentum = ", args.momentum,
+               " needs a momentum_buffer shaped like param ", param.shape);
+    DEMI_CHECK(buf.numel() == param.numel() && buf.dtype == state_dtype, op, ": momentum_buffer ", buf.shape,
+               " ", buf.dtype, " must be ", param.shape, " ", state_dtype, " for a ", param.dtype, " param");
+  }
+  if (args.master.defined()) {
+    DEMI_CHECK(param.dtype != DType::F64, op, ": a float32 master copy of a float64 param would lose precision; "
+               "pass no master for float64 params");
+    DEMI_CHECK(args.master.dtype == DType::F32 && args.master.numel() == param.numel(), op, ": master ",
+               args.master.shape, " ", args.master.dtype, " must be float32 shaped like param ", param.shape);
+  }
+}
+
+inline void check_adamw_step(const AdamWArgs& args) {
+  constexpr const char* op = "adamw_step";
+  const TensorRef& param = args.param;
+  DEMI_CHECK(param.defined() && args.grad.defined(), op, ": param and grad are required");
+  DEMI_CHECK(args.grad.numel() == param.numel(), op, ": grad ", args.grad.shape, " does not match param ", param.shape);
+  DEMI_CHECK(args.lr >= 0.0 && args.weight_decay >= 0.0 && args.eps >= 0.0 && args.beta1 >= 0.0 && args.beta1 < 1.0 &&
+                 args.beta2 >= 0.0 && args.beta2 < 1.0 && args.step >= 1,
+             op, ": need lr, weight_decay, eps >= 0, betas in [0, 1) and step >= 1");
+  const DType state_dtype = optimizer_state_dtype(param.dtype);
+  for (const TensorRef* moment : {&args.exp_avg, &args.exp_avg_sq}) {
+    DEMI_CHECK(moment->defined() && moment->numel() == param.numel() && moment->dtype == state_dtype, op,
+               ": moments must be ", state_dtype, " shaped like param ", param.shape);
+  }
+  if (args.master.defined()) {
+    DEMI_CHECK(param.dtype != DType::F64 && args.master.dtype == DType::F32 && args.master.numel() == param.numel(),
+               op, ": master must be float32 shaped like param ", param.shape, " (and param not float64)");
+  }
+}
+
+// --- amp -----------------------------------------------------------------------------------------
+
+// unscale_check_finite's arguments as a whole; each gradient pair is check_unscale_target's.
+inline void check_unscale_args(const UnscaleArgs& args) {
+  DEMI_CHECK(args.in.size() == args.out.size(), "unscale_check_finite: ", args.in.size(), " inputs but ",
+             args.out.size(), " outputs");
+  DEMI_CHECK(args.inv_scale.dtype == DType::F32 && args.inv_scale.numel() == 1 && args.found_inf.dtype == DType::F32 &&
+                 args.found_inf.numel() == 1,
+             "unscale_check_finite: inv_scale and found_inf must be one-element float32 tensors");
+}
+
+// Gradient k (in) and where it is unscaled to (out): same size, out of in's dtype or float32.
+inline void check_unscale_target(size_t k, const TensorRef& in, const TensorRef& out) {
+  DEMI_CHECK(in.numel() == out.numel() && (out.dtype == in.dtype || out.dtype == DType::F32),
+             "unscale_check_finite: gradient ", k, " (", in.dtype, " ", in.shape, ") cannot be unscaled into ",
+             out.dtype, " ", out.shape, "; the target must have its size and its dtype or float32");
+}
+
+inline void check_update_scale(const ScaleUpdateArgs& args) {
+  DEMI_CHECK(args.scale.dtype == DType::F32 && args.growth_tracker.dtype == DType::I64 &&
+                 args.found_inf.dtype == DType::F32,
+             "update_scale: scale and found_inf must be float32 and growth_tracker int64");
+}
+
+}  // namespace demi::backend
