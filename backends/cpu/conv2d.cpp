@@ -263,10 +263,12 @@ bool use_winograd(const ConvGeom& g) {
 // How the Winograd paths walk a batch: tiles of h x w planes, images in groups of at least 384
 // tiles (the GEMMs' columns) and a whole number of groups per thread (AirNet's 7x7 layers ran
 // groups of 24, 24, 24 | 24, 24, 8 on two threads).
+// Within a group, planes with at most 8 tiles a row go through the transforms `lane_images` at a
+// time, side by side in the vector lanes (winograd.h, "Lane groups"): 4 for 7x7, 2 for 15x15.
 struct WinogradWalk {
-  int64_t h, w, th, tw, tiles, per_group;
+  int64_t h, w, th, tw, tiles, per_group, lane_images;
   WinogradWalk(int64_t n, int64_t h_, int64_t w_, int threads)
-      : h(h_), w(w_), th(ceil_div(h_, 2)), tw(ceil_div(w_, 2)), tiles(th * tw) {
+      : h(h_), w(w_), th(ceil_div(h_, 2)), tw(ceil_div(w_, 2)), tiles(th * tw), lane_images(tw <= 8 ? 16 / tw : 1) {
     const int64_t min_group = std::clamp<int64_t>(ceil_div(384, tiles), 1, std::max<int64_t>(n, 1));
     per_group = std::max<int64_t>(1, ceil_div(n, ceil_div(ceil_div(n, min_group), threads) * threads));
   }
@@ -283,20 +285,36 @@ const float* as_float(const T* p, int64_t plane_size, float* wide) {
   }
 }
 
-// V = B^T d B for every tile of images [i0, i0 + ni) of `input` (ins channels): point xi of image
-// k's tile t at v[(xi * ins + c) * cols + k * tiles + t], cols = ni * tiles. Uses the calling
-// thread's kSlotGradY (and kSlotWide for half inputs).
+// V = B^T d B for every tile of images [i0, i0 + ni) of `input` (ins channels): point xi of the
+// group's tiles at v[(xi * ins + c) * cols + column], cols = ni * tiles, columns in lane groups
+// (winograd.h). Uses the calling thread's kSlotGradY (and kSlotWide for half inputs).
 template <typename T>
 void winograd_input(const T* input, int64_t i0, int64_t ni, int64_t ins, const WinogradWalk& wk, float* v) {
   const int64_t plane = wk.h * wk.w, cols = ni * wk.tiles, n_split = wk.tw + 1, split_rows = 2 * wk.th + 2;
-  float* e = thread_scratch<float>(kSlotGradY, 2 * split_rows * n_split);
+  const int64_t view = split_rows * wk.lane_images * wk.tw;  // one of a lane group's four views
+  float* e = thread_scratch<float>(kSlotGradY, 2 * split_rows * n_split + 4 * view);
   float* o = e + split_rows * n_split;
+  float* views = o + split_rows * n_split;
   float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotWide, plane);
-  for (int64_t k = 0; k < ni; ++k) {
+  for (int64_t k0 = 0; k0 < ni; k0 += wk.lane_images) {
+    const int64_t images = std::min(wk.lane_images, ni - k0), lanes = images * wk.tw;
     for (int64_t c = 0; c < ins; ++c) {
-      winograd::split_columns(as_float(input + ((i0 + k) * ins + c) * plane, plane, wide), wk.h, wk.w, n_split,
-                              split_rows, e, o);
-      winograd::transform_input(e, o, n_split, wk.th, wk.tw, v + c * cols + k * wk.tiles, ins * cols);
+      auto split = [&](int64_t k) {
+        winograd::split_columns(as_float(input + ((i0 + k) * ins + c) * plane, plane, wide), wk.h, wk.w, n_split,
+                                split_rows, e, o);
+      };
+      float* vc = v + c * cols + k0 * wk.tiles;
+      if (images == 1) {
+        split(k0);
+        winograd::transform_input(winograd::one_image(e, o, n_split, wk.tw), wk.th, vc, ins * cols);
+        continue;
+      }
+      float *e0 = views, *e1 = views + view, *o0 = views + 2 * view, *o1 = views + 3 * view;
+      for (int64_t g = 0; g < images; ++g) {
+        split(k0 + g);
+        winograd::gather_lanes(e, o, n_split, split_rows, wk.tw, g, lanes, e0, e1, o0, o1);
+      }
+      winograd::transform_input({e0, e1, o0, o1, lanes, lanes}, wk.th, vc, ins * cols);
     }
   }
 }
@@ -315,18 +333,25 @@ void winograd_conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w,
     const int64_t cols = ni * tiles;  // the GEMMs' columns
     float* v = thread_scratch<float>(kSlotCol, kPoints * ins * cols);
     float* m = thread_scratch<float>(kSlotImage, kPoints * outs * cols);
-    float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotPackedCol, plane);
+    float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotPackedCol, wk.lane_images * plane);
     winograd_input(input, i0, ni, ins, wk, v);
     for (int64_t xi = 0; xi < kPoints; ++xi) {
       packed_gemm::gemm(u_packed + xi * panel, outs, ins, v + xi * ins * cols, cols, cols, m + xi * outs * cols, cols,
                         nullptr);
     }
-    for (int64_t k = 0; k < ni; ++k) {
+    for (int64_t k0 = 0; k0 < ni; k0 += wk.lane_images) {
+      const int64_t images = std::min(wk.lane_images, ni - k0);
       for (int64_t o = 0; o < outs; ++o) {
-        T* y = output + ((i0 + k) * outs + o) * plane;
-        float* yf = std::is_same_v<T, float> ? reinterpret_cast<float*>(y) : wide;
-        winograd::transform_output(m + o * cols + k * tiles, outs * cols, h, w, wk.th, wk.tw, bias ? bias[o] : 0.0f, yf);
-        if constexpr (!std::is_same_v<T, float>) convert_n(wide, y, plane);
+        float* planes[16];
+        for (int64_t g = 0; g < images; ++g) {
+          T* y = output + ((i0 + k0 + g) * outs + o) * plane;
+          planes[g] = std::is_same_v<T, float> ? reinterpret_cast<float*>(y) : wide + g * plane;
+        }
+        winograd::transform_output(m + o * cols + k0 * tiles, outs * cols, h, w, wk.th, wk.tw, images,
+                                   bias ? bias[o] : 0.0f, planes);
+        if constexpr (!std::is_same_v<T, float>) {
+          for (int64_t g = 0; g < images; ++g) convert_n(wide + g * plane, output + ((i0 + k0 + g) * outs + o) * plane, plane);
+        }
       }
     }
   });
@@ -457,17 +482,24 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
     float* v = thread_scratch<float>(kSlotCol, kPoints * ins * cols);
     float* z = thread_scratch<float>(kSlotImage, kPoints * outs * cols);
     winograd_input(input, i0, ni, ins, wk, v);
-    float* split = thread_scratch<float>(kSlotGradY, 4 * th * tw);
+    const int64_t max_lanes = wk.lane_images * tw;
+    float* split_e = thread_scratch<float>(kSlotGradY, 4 * th * max_lanes);  // then split_o
     float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotWide, plane);
-    for (int64_t k = 0; k < ni; ++k) {
+    for (int64_t k0 = 0; k0 < ni; k0 += wk.lane_images) {
+      const int64_t images = std::min(wk.lane_images, ni - k0), lanes = images * tw;
+      float* split_o = split_e + 2 * th * lanes;
       for (int64_t o = 0; o < outs; ++o) {
-        const float* gy = as_float(grad_y + ((i0 + k) * outs + o) * plane, plane, wide);
-        if (want_bias) {
-          double sum = 0.0;
-          for (int64_t i = 0; i < plane; ++i) sum += static_cast<double>(gy[i]);
-          bias_partial[t * outs + o] += sum;
+        std::fill(split_e, split_e + 4 * th * lanes, 0.0f);
+        for (int64_t k = k0; k < k0 + images; ++k) {
+          const float* gy = as_float(grad_y + ((i0 + k) * outs + o) * plane, plane, wide);
+          if (want_bias) {
+            double sum = 0.0;
+            for (int64_t i = 0; i < plane; ++i) sum += static_cast<double>(gy[i]);
+            bias_partial[t * outs + o] += sum;
+          }
+          winograd::split_grad_output(gy, g.h, g.w, lanes, (k - k0) * tw, split_e, split_o);
         }
-        winograd::transform_grad_output(gy, g.h, g.w, th, tw, z + o * cols + k * tiles, outs * cols, split);
+        winograd::transform_grad_output(split_e, split_o, th, lanes, z + o * cols + k0 * tiles, outs * cols);
       }
     }
     float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(ins, cols));
