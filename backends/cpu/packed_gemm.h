@@ -89,7 +89,9 @@ inline __mmask16 lane_mask(int64_t valid) {
 }
 
 // One kRows x (V * 16) tile: rows valid rows and cols valid columns of C (the rest neither read
-// nor written). Starts from C itself when accumulate, else from init (one value per row) or 0.
+// nor written). Starts from init (one value per row) or 0; when accumulate, from 0 and adds C at
+// the end, so that a C summed over many calls (backward-weight over groups of images) is a sum of
+// per-call chains rather than one long chain whose running total swamps each new product.
 template <int64_t V>
 void tile(const float* a_panel, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t k, int64_t rows,
           int64_t cols, const float* init, bool accumulate) {
@@ -101,7 +103,7 @@ void tile(const float* a_panel, const float* b, int64_t ldb, float* c, int64_t l
     const __m512 start = init && r < rows ? _mm512_set1_ps(init[r]) : _mm512_setzero_ps();
 #pragma GCC unroll 3
     for (int64_t v = 0; v < V; ++v) {
-      acc[r][v] = accumulate && r < rows ? _mm512_maskz_loadu_ps(mask[v], c + r * ldc + 16 * v) : start;
+      acc[r][v] = accumulate ? _mm512_setzero_ps() : start;
     }
   }
   for (int64_t j = 0; j < k; ++j) {
@@ -123,7 +125,11 @@ void tile(const float* a_panel, const float* b, int64_t ldb, float* c, int64_t l
   for (int64_t r = 0; r < kRows; ++r) {
     if (r >= rows) break;
 #pragma GCC unroll 3
-    for (int64_t v = 0; v < V; ++v) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, mask[v], acc[r][v]);
+    for (int64_t v = 0; v < V; ++v) {
+      float* out = c + r * ldc + 16 * v;
+      const __m512 sum = accumulate ? _mm512_add_ps(acc[r][v], _mm512_maskz_loadu_ps(mask[v], out)) : acc[r][v];
+      _mm512_mask_storeu_ps(out, mask[v], sum);
+    }
   }
 }
 
