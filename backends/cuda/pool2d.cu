@@ -104,27 +104,32 @@ __host__ __device__ inline void avg_pool_forward_at(const T* x, T* y, const Pool
   y[o] = Narrow<T>::from(sum * inv_window);
 }
 
-// grad_x[i] = sum of grad_y over the windows whose recorded argmax is input element i, visited in
-// row-major output order (the CPU's scatter order), so the sum matches it. An index that points
-// nowhere inside its window matches no element; max_pool_index_ok reports it.
-// grad_x [planes, H, W], grad_y and idx [planes, OH, OW].
-template <typename T, typename I, typename Index>
-__host__ __device__ inline void max_pool_backward_at(const T* grad_y, const I* idx, T* grad_x,
-                                                     const PoolShape<Index>& g, Index i) {
-  using A = acc_t<T>;
+// Calls visit(o, ky, kx) for every output window o of plane p that covers input element i (at
+// offset ky * KW + kx inside it), in row-major output order (the CPU's scatter order): the
+// gather both pooling backwards sum over. i indexes [planes, H, W], o [planes, OH, OW].
+template <typename Index, typename Visit>
+__host__ __device__ inline void for_each_covering_window(const PoolShape<Index>& g, Index i, Visit&& visit) {
   const Index ix = i % g.w, rest = i / g.w;
   const Index iy = rest % g.h, p = rest / g.h;
   const Index oy_end = last_window(iy, g.sh, g.ph, g.oh), ox_end = last_window(ix, g.sw, g.pw, g.ow);
   const Index ox_begin = first_window(ix, g.kw, g.sw, g.pw);
-  A sum = 0;
   for (Index oy = first_window(iy, g.kh, g.sh, g.ph); oy <= oy_end; ++oy) {
     const Index row = (p * g.oh + oy) * g.ow, ky = iy - (oy * g.sh - g.ph);
-    for (Index ox = ox_begin; ox <= ox_end; ++ox) {
-      const Index kx = ix - (ox * g.sw - g.pw);
-      // Compared in int64: an int64 index must not wrap into a valid int32 offset.
-      if (static_cast<int64_t>(idx[row + ox]) == static_cast<int64_t>(ky * g.kw + kx)) sum += widen(grad_y[row + ox]);
-    }
+    for (Index ox = ox_begin; ox <= ox_end; ++ox) visit(row + ox, ky, ix - (ox * g.sw - g.pw));
   }
+}
+
+// grad_x[i] = sum of grad_y over the windows whose recorded argmax is input element i, so the sum
+// matches the CPU's. An index that points nowhere inside its window matches no element;
+// max_pool_index_ok reports it. grad_x [planes, H, W], grad_y and idx [planes, OH, OW].
+template <typename T, typename I, typename Index>
+__host__ __device__ inline void max_pool_backward_at(const T* grad_y, const I* idx, T* grad_x,
+                                                     const PoolShape<Index>& g, Index i) {
+  acc_t<T> sum = 0;
+  for_each_covering_window(g, i, [&](Index o, Index ky, Index kx) {
+    // Compared in int64: an int64 index must not wrap into a valid int32 offset.
+    if (static_cast<int64_t>(idx[o]) == static_cast<int64_t>(ky * g.kw + kx)) sum += widen(grad_y[o]);
+  });
   grad_x[i] = Narrow<T>::from(sum);
 }
 
@@ -145,16 +150,8 @@ __host__ __device__ inline bool max_pool_index_ok(const I* idx, const PoolShape<
 template <typename T, typename Index>
 __host__ __device__ inline void avg_pool_backward_at(const T* grad_y, T* grad_x, const PoolShape<Index>& g,
                                                      acc_t<T> inv_window, Index i) {
-  using A = acc_t<T>;
-  const Index ix = i % g.w, rest = i / g.w;
-  const Index iy = rest % g.h, p = rest / g.h;
-  const Index oy_end = last_window(iy, g.sh, g.ph, g.oh), ox_end = last_window(ix, g.sw, g.pw, g.ow);
-  const Index ox_begin = first_window(ix, g.kw, g.sw, g.pw);
-  A sum = 0;
-  for (Index oy = first_window(iy, g.kh, g.sh, g.ph); oy <= oy_end; ++oy) {
-    const Index row = (p * g.oh + oy) * g.ow;
-    for (Index ox = ox_begin; ox <= ox_end; ++ox) sum += mul_rn(widen(grad_y[row + ox]), inv_window);
-  }
+  acc_t<T> sum = 0;
+  for_each_covering_window(g, i, [&](Index o, Index, Index) { sum += mul_rn(widen(grad_y[o]), inv_window); });
   grad_x[i] = Narrow<T>::from(sum);
 }
 

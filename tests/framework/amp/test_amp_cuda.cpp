@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_test_util.h"
 #include "backends/kernels.h"
 #include "framework/amp/autocast.h"
 #include "framework/demi/demi.h"
@@ -17,7 +18,7 @@
 namespace demi {
 namespace {
 
-constexpr const char* kNoDevice = "no CUDA device (cuda_device_count() == 0)";
+using backend::cuda_test::kNoDevice;
 
 using amp::AutocastGuard;
 using amp::GradScaler;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_test_util.h"
 #include "backends/kernels.h"
 #include "framework/demi/demi.h"
 #include "framework/ops/op.h"
@@ -17,7 +18,7 @@
 namespace demi {
 namespace {
 
-constexpr const char* kNoDevice = "no CUDA device (cuda_device_count() == 0)";
+using backend::cuda_test::kNoDevice;
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
