@@ -30,6 +30,7 @@
 #include "framework/optim/adamw.h"
 #include "framework/optim/lookahead.h"
 #include "framework/optim/lr_scheduler.h"
+#include "framework/optim/muon.h"
 #include "framework/optim/optimizer.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/allocator.h"

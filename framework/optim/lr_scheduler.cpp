@@ -17,12 +17,29 @@ double cosine(double from, double to, double progress) {  // progress in [0, 1]
 
 LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
   for (size_t g = 0; g < optimizer.num_groups(); ++g) base_lrs_.push_back(optimizer.lr(g));
+  group_factors_.resize(base_lrs_.size());
 }
 
 void LRScheduler::apply() {
   const double f = factor(iteration_);
-  for (size_t g = 0; g < base_lrs_.size(); ++g) optimizer_.set_lr(g, base_lrs_[g] * f);
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
+    optimizer_.set_lr(g, base_lrs_[g] * (group_factors_[g] ? group_factors_[g](iteration_) : f));
+  }
 }
+
+void LRScheduler::set_group_factor(size_t group, std::function<double(int64_t)> factor) {
+  DEMI_CHECK(group < base_lrs_.size(), "LRScheduler::set_group_factor: group ", group, " does not exist (the optimizer has ",
+             base_lrs_.size(), ")");
+  group_factors_[group] = std::move(factor);
+  apply();
+}
+
+LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor)
+    : LRScheduler(optimizer), factor_(std::move(factor)) {
+  DEMI_CHECK(static_cast<bool>(factor_), "LambdaLR: the factor function is empty");
+  apply();
+}
+double LambdaLR::factor(int64_t iteration) const { return factor_(iteration); }
 
 void LRScheduler::step(StepOutcome outcome) {
   if (outcome == StepOutcome::Skipped) ++skipped_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "framework/optim/optimizer.h"
@@ -25,6 +26,10 @@ class LRScheduler {
   int64_t skipped_steps() const { return skipped_; }
   // lr of group 0 now.
   double last_lr() const { return optimizer_.lr(0); }
+  // Group `group` follows `factor` (of its base lr, by iteration) instead of the schedule's, as a
+  // per-group lambda of torch's LambdaLR does (airbench trains its whitening bias for the first
+  // epochs only). Sets the group's lr for the current iteration.
+  void set_group_factor(size_t group, std::function<double(int64_t)> factor);
 
  protected:
   // The multiplier of the base lr at `iteration` (0-based).
@@ -34,8 +39,21 @@ class LRScheduler {
  private:
   Optimizer& optimizer_;
   std::vector<double> base_lrs_;
+  std::vector<std::function<double(int64_t)>> group_factors_;  // per group; empty: the schedule's
   int64_t iteration_ = 0;
   int64_t skipped_ = 0;
+};
+
+// lr = base * factor(iteration), as torch.optim.lr_scheduler.LambdaLR with one function.
+class LambdaLR : public LRScheduler {
+ public:
+  LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor);
+
+ protected:
+  double factor(int64_t iteration) const override;
+
+ private:
+  std::function<double(int64_t)> factor_;
 };
 
 // lr = base * gamma^(iteration / step_size), as torch.optim.lr_scheduler.StepLR.

@@ -21,30 +21,38 @@ void SGD::add_param_group(const std::vector<Tensor>& params, const Options& o) {
 
 void SGD::step() {
   NoGradGuard no_grad;
-  for_each_gradient([&](size_t g, size_t i, const Slot& slot, const Tensor& grad) {
-    const Options& o = options_[g];
-    backend::SgdArgs args;
-    args.param = slot.param.ref();
-    args.grad = grad.ref();
-    if (slot.master.defined()) args.master = slot.master.ref();
-    args.lr = o.lr;
-    args.momentum = o.momentum;
-    args.dampening = o.dampening;
-    args.weight_decay = o.weight_decay;
-    args.nesterov = o.nesterov;
-    if (o.momentum != 0.0) {
-      Tensor& buffer = momentum_[g][i];
-      args.first_step = !buffer.defined();
-      if (!buffer.defined()) {
-        buffer = empty(slot.param.shape(), slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32,
-                       slot.param.device());
-        buffer.set_memory_category(MemoryCategory::OptimizerState);
-      }
-      args.momentum_buffer = buffer.ref();
-    }
-    kernels(slot.param).sgd_step(args);
-  });
+  for_each_gradient([&](size_t g, size_t i, const Slot& slot, const Tensor& grad) { sgd_update(g, i, slot, grad); });
   finish_step();
+}
+
+Tensor& SGD::momentum_buffer(size_t g, size_t i, bool* created) {
+  Tensor& buffer = momentum_[g][i];
+  if (created) *created = !buffer.defined();
+  if (!buffer.defined()) {
+    const Tensor& p = slots_[g][i].param;
+    buffer = zeros(p.shape(), p.dtype() == DType::F64 ? DType::F64 : DType::F32, p.device());
+    buffer.set_memory_category(MemoryCategory::OptimizerState);
+  }
+  return buffer;
+}
+
+void SGD::sgd_update(size_t g, size_t i, const Slot& slot, const Tensor& grad) {
+  const Options& o = options_[g];
+  backend::SgdArgs args;
+  args.param = slot.param.ref();
+  args.grad = grad.ref();
+  if (slot.master.defined()) args.master = slot.master.ref();
+  args.lr = o.lr;
+  args.momentum = o.momentum;
+  args.dampening = o.dampening;
+  args.weight_decay = o.weight_decay;
+  args.nesterov = o.nesterov;
+  if (o.momentum != 0.0) {
+    bool created = false;
+    args.momentum_buffer = momentum_buffer(g, i, &created).ref();
+    args.first_step = created;
+  }
+  kernels(slot.param).sgd_step(args);
 }
 
 std::map<std::string, Tensor> SGD::state_dict() const {

@@ -35,9 +35,16 @@ class SGD : public Optimizer {
   // Restores what state_dict() gave (same parameters in the same groups); unknown keys throw.
   void load_state_dict(const std::map<std::string, Tensor>& state) override;
 
- private:
+ protected:
+  SGD() = default;  // for subclasses that add their own groups (Muon)
+  // torch.optim.SGD's update of slot i of group g (the fused kernel call).
+  void sgd_update(size_t g, size_t i, const Slot& slot, const Tensor& grad);
+  // Slot i of group g's momentum buffer (fp32; fp64 for fp64 params), created zeroed on first use.
+  // `created` says whether this call made it.
+  Tensor& momentum_buffer(size_t g, size_t i, bool* created = nullptr);
+
   std::vector<Options> options_;
-  std::vector<std::vector<Tensor>> momentum_;  // per slot, fp32, created on first use
+  std::vector<std::vector<Tensor>> momentum_;  // per slot, created on first use
 };
 
 }  // namespace demi::optim

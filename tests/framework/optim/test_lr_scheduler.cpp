@@ -106,5 +106,22 @@ TEST(LRScheduler, SkippedStepsAreCountedAndTheScheduleKeepsItsPace) {
   EXPECT_TRUE(warnings.empty());
 }
 
+TEST(LRScheduler, LambdaLRAndAGroupWithItsOwnFactor) {
+  // A schedule decaying to 0 over 10 steps; group 1 (airbench's whitening bias) over 4 only.
+  Tensor w = ones({1}).requires_grad_(), b = ones({1}).requires_grad_();
+  auto opt = make_sgd(w, 0.5);
+  optim::SGD::Options bias_options;
+  bias_options.lr = 3.0;
+  opt.add_param_group({b}, bias_options);
+  optim::LambdaLR sched(opt, [](int64_t t) { return 1.0 - static_cast<double>(t) / 10.0; });
+  sched.set_group_factor(1, [](int64_t t) { return std::max(0.0, 1.0 - static_cast<double>(t) / 4.0); });
+  EXPECT_DOUBLE_EQ(opt.lr(0), 0.5);
+  EXPECT_DOUBLE_EQ(opt.lr(1), 3.0);
+  for (int i = 0; i < 6; ++i) sched.step();
+  EXPECT_DOUBLE_EQ(opt.lr(0), 0.5 * 0.4);
+  EXPECT_DOUBLE_EQ(opt.lr(1), 0.0);
+  EXPECT_THROW(sched.set_group_factor(2, [](int64_t) { return 1.0; }), Error);
+}
+
 }  // namespace
 }  // namespace demi

@@ -1,0 +1,104 @@
+// optim::Muon: the Newton-Schulz orthogonalisation and the per-matrix update, in framework ops
+// (so it runs on any backend); SGD groups reuse SGD's fused kernel.
+#include "framework/optim/muon.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "framework/autograd/grad_mode.h"
+#include "framework/ops/ops.h"
+
+namespace demi::optim {
+namespace {
+
+// Writes `value` into `dst`'s storage, converting to dst's dtype.
+void write_into(const Tensor& value, const Tensor& dst) { kernels(dst).cast(value.ref(), dst.ref()); }
+
+Tensor frobenius_norm(const Tensor& x) { return sqrt(sum(x * x)); }
+
+SGD::Options momentum_free(const Muon::Options& o) {
+  // What SGD keeps for a Muon group: the lr (schedulers set it through SGD) and the masters policy.
+  SGD::Options s;
+  s.lr = o.lr;
+  s.master_weights = o.master_weights;
+  return s;
+}
+
+}  // namespace
+
+Tensor newton_schulz_orthogonalize(const Tensor& x, int steps, double eps) {
+  DEMI_CHECK(x.dim() == 2 && (x.dtype() == DType::F32 || x.dtype() == DType::F64),
+             "newton_schulz_orthogonalize: expects an fp32 or fp64 matrix, got ", x.dtype(), " ", x.shape());
+  DEMI_CHECK(steps >= 0, "newton_schulz_orthogonalize: steps must be >= 0, got ", steps);
+  constexpr double a = 3.44, b = -4.7750, c = 2.0315;
+  NoGradGuard no_grad;
+  Tensor X = x / (frobenius_norm(x) + eps);  // every singular value <= 1, where the iteration converges
+  for (int s = 0; s < steps; ++s) {
+    const Tensor A = linear(X, X);  // X X^T
+    const Tensor B = A * b + matmul(A, A) * c;
+    X = X * a + matmul(B, X);
+  }
+  return X;
+}
+
+Muon::Muon(const std::vector<Tensor>& params, const Options& options) { add_param_group(params, options); }
+
+void Muon::add_param_group(const std::vector<Tensor>& params, const Options& o) {
+  DEMI_CHECK(o.lr >= 0.0, "Muon: learning rate must be >= 0, got ", o.lr);
+  DEMI_CHECK(o.momentum >= 0.0 && o.momentum < 1.0, "Muon: momentum must be in [0, 1), got ", o.momentum);
+  DEMI_CHECK(o.weight_decay >= 0.0, "Muon: weight_decay must be >= 0, got ", o.weight_decay);
+  DEMI_CHECK(o.ns_steps >= 1, "Muon: ns_steps must be >= 1, got ", o.ns_steps);
+  for (size_t i = 0; i < params.size(); ++i) {
+    DEMI_CHECK(params[i].defined() && params[i].dim() >= 2, "Muon: parameter ", i, " of group ", muon_.size(),
+               " has shape ", params[i].defined() ? params[i].shape() : Shape{},
+               "; Muon orthogonalises matrices (2-D, or filters taken as [out, rest]): put biases and other "
+               "vectors in an SGD group (add_sgd_group)");
+  }
+  SGD::add_param_group(params, momentum_free(o));
+  muon_.push_back(o);
+}
+
+void Muon::add_sgd_group(const std::vector<Tensor>& params, const SGD::Options& options) {
+  SGD::add_param_group(params, options);
+  muon_.emplace_back();
+}
+
+void Muon::step() {
+  NoGradGuard no_grad;
+  for_each_gradient([&](size_t g, size_t i, const Slot& slot, const Tensor& grad) {
+    if (muon_[g]) muon_update(g, i, slot, grad);
+    else sgd_update(g, i, slot, grad);
+  });
+  finish_step();
+}
+
+void Muon::muon_update(size_t g, size_t i, const Slot& slot, const Tensor& grad) {
+  const Options& o = *muon_[g];
+  const double lr = options_[g].lr;  // the scheduler's
+  const DType math = slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const Tensor g32 = grad.to(math);
+
+  // torch.optim.Muon's momentum: an exponential average (the 1 - momentum factor cancels in the
+  // normalisation below, so this is also Keller Jordan's buf = momentum * buf + grad).
+  Tensor& buffer = momentum_buffer(g, i);
+  write_into(buffer * o.momentum + g32 * (1.0 - o.momentum), buffer);
+  const Tensor direction = o.nesterov ? g32 * (1.0 - o.momentum) + buffer * o.momentum : buffer;
+
+  const Shape& shape = slot.param.shape();
+  const int64_t rows = shape[0];
+  const int64_t cols = slot.param.numel() / std::max<int64_t>(rows, 1);
+  if (rows == 0 || cols == 0) return;
+  const Tensor update = newton_schulz_orthogonalize(direction.reshape({rows, cols}), o.ns_steps).reshape(shape);
+  // torch's default lr adjustment: tall matrices step by sqrt(rows / cols) more.
+  const double adjusted_lr = lr * std::sqrt(std::max(1.0, static_cast<double>(rows) / static_cast<double>(cols)));
+
+  const Tensor& target = slot.master.defined() ? slot.master : slot.param;
+  Tensor w = target.to(math);
+  if (o.normalize_weights) w = w * (std::sqrt(static_cast<double>(rows)) / (frobenius_norm(w) + 1e-30));
+  if (o.weight_decay != 0.0) w = w * (1.0 - lr * o.weight_decay);
+  w = w - update * adjusted_lr;
+  write_into(w, target);
+  if (slot.master.defined()) write_into(slot.master, slot.param);
+}
+
+}  // namespace demi::optim
