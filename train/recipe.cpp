@@ -22,16 +22,51 @@ double airbench_lr(int64_t batch_size) {
 constexpr double kAirbenchWeightDecay = 0.0153 / 11.5;
 constexpr double kAirbenchBiasScale = 64.0;  // BatchNorm biases: lr x 64, weight decay / 64
 
-bool airbench(const TrainerConfig& c) { return c.recipe == "airbench"; }
+// airbench94_muon: Muon for the filters (lr 0.24, momentum 0.6, 3 Newton-Schulz steps, weights
+// renormalised), Nesterov SGD (momentum 0.85) for the rest with lrs per summed loss: BatchNorm and
+// whitening biases 0.053, the head 0.67, and decay 2e-6 x batch per step. Its head is divided by
+// 256 and initialised to unit std where AirNet multiplies by 1/9 with PyTorch's init (the same
+// outputs at init): the same training needs (9/256)^2 x its lr on AirNet's head weight.
+constexpr int64_t kMuonBatch = 2000;
+constexpr double kMuonLr = 0.24;
+constexpr double kMuonMomentum = 0.6;
+constexpr int kMuonNewtonSchulzSteps = 3;
+constexpr double kMuonSgdMomentum = 0.85;
+constexpr double kMuonBiasLrPerSum = 0.053;
+constexpr double kMuonHeadLrPerSum = 0.67 * (9.0 / 256.0) * (9.0 / 256.0);
+constexpr double kMuonDecayPerStepAndImage = 2e-6;
+constexpr int kMuonWhiteningBiasEpochs = 3;
+
+bool airbench_muon(const TrainerConfig& c) { return c.recipe == "airbench-muon"; }
+// Both airbench recipes share the model and the augmentation.
+bool airbench(const TrainerConfig& c) { return c.recipe == "airbench" || airbench_muon(c); }
 
 }  // namespace
 
 void apply_recipe_defaults(TrainerConfig& c, const std::function<bool(const std::string&)>& given) {
-  DEMI_CHECK(c.recipe == "standard" || airbench(c), "--recipe: '", c.recipe, "' is not one of standard, airbench");
+  DEMI_CHECK(c.recipe == "standard" || airbench(c), "--recipe: '", c.recipe,
+             "' is not one of standard, airbench, airbench-muon");
+  DEMI_CHECK(c.optimizer != "muon" || airbench_muon(c), "--optimizer muon: only --recipe airbench-muon says which "
+             "parameters Muon trains (the convolution filters) and which SGD does; pass --recipe airbench-muon");
   if (!airbench(c)) return;
   if (!given("--model")) c.model = "AirNet";
-  DEMI_CHECK(c.model == "AirNet", "--recipe airbench trains AirNet (its whitening stem and BatchNorm layout), not ",
+  DEMI_CHECK(c.model == "AirNet", "--recipe ", c.recipe, " trains AirNet (its whitening stem and BatchNorm layout), not ",
              c.model, "; drop --model or pass --model AirNet");
+  if (airbench_muon(c)) {
+    if (!given("--optimizer")) c.optimizer = "muon";
+    DEMI_CHECK(c.optimizer == "muon", "--recipe airbench-muon trains the filters with Muon, not ", c.optimizer,
+               "; drop --optimizer (or use --recipe airbench for SGD)");
+    if (!given("--epochs")) c.epochs = 8;
+    if (!given("--batch-size")) c.batch_size = kMuonBatch;
+    if (!given("--lr")) c.lr = kMuonLr;
+    if (!given("--momentum")) c.momentum = kMuonSgdMomentum;
+    // The head's L2 coefficient at its lr; the bias groups scale it (parameter_groups).
+    if (!given("--weight-decay")) c.weight_decay = kMuonDecayPerStepAndImage / kMuonHeadLrPerSum;
+    if (!given("--label-smoothing")) c.label_smoothing = 0.2;
+    if (!given("--schedule")) c.schedule = "linear-decay";
+    if (!given("--tta")) c.tta = 2;
+    return;
+  }
   if (!given("--epochs")) c.epochs = 10;
   if (!given("--batch-size")) c.batch_size = 1024;
   if (!given("--lr")) c.lr = airbench_lr(c.batch_size);
@@ -75,7 +110,42 @@ std::shared_ptr<nn::Module> make_recipe_model(const TrainerConfig& c, Generator&
   return net;
 }
 
+// airbench-muon's groups: the filters (Muon), then the biases, the whitening bias and the head
+// (SGD). lr_scale turns --lr (Muon's) into each SGD group's lr for demi's mean loss: airbench's
+// lr per summed loss x the batch size.
+std::vector<ParamGroup> muon_parameter_groups(const TrainerConfig& c, nn::Module& model) {
+  auto& net = dynamic_cast<models::AirNet&>(model);
+  ParamGroup filters, biases, whitening_bias, head;
+  optim::Muon::Options muon;
+  muon.momentum = kMuonMomentum;
+  muon.nesterov = true;
+  muon.weight_decay = 0.0;
+  muon.ns_steps = kMuonNewtonSchulzSteps;
+  muon.normalize_weights = true;
+  filters.muon = muon;
+  const double batch = static_cast<double>(c.batch_size);
+  biases.lr_scale = whitening_bias.lr_scale = kMuonBiasLrPerSum * batch / kMuonLr;
+  biases.weight_decay_scale = whitening_bias.weight_decay_scale = kMuonHeadLrPerSum / kMuonBiasLrPerSum;
+  whitening_bias.train_epochs = kMuonWhiteningBiasEpochs;
+  whitening_bias.params = {net.stem().bias};
+  head.lr_scale = kMuonHeadLrPerSum * batch / kMuonLr;
+  model.apply([&](nn::Module& m) {
+    if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) biases.params.push_back(bn->bias);
+    if (auto* fc = dynamic_cast<nn::Linear*>(&m)) head.params.push_back(fc->weight);
+    if (auto* conv = dynamic_cast<nn::Conv2d*>(&m); conv && conv != &net.stem()) filters.params.push_back(conv->weight);
+  });
+  std::vector<ParamGroup> groups = {filters, biases, whitening_bias, head};
+  // Every trainable parameter in exactly one group: a model change must not silently freeze one.
+  size_t grouped = 0, trainable = 0;
+  for (const ParamGroup& g : groups) grouped += g.params.size();
+  for (const Tensor& p : model.parameters()) trainable += p.requires_grad();
+  DEMI_CHECK(grouped == trainable, "--recipe airbench-muon: ", grouped, " parameters grouped but ", trainable,
+             " trainable; the model is not the AirNet the recipe knows");
+  return groups;
+}
+
 std::vector<ParamGroup> parameter_groups(const TrainerConfig& c, nn::Module& model) {
+  if (airbench_muon(c)) return muon_parameter_groups(c, model);
   std::vector<ParamGroup> groups(1);
   if (!airbench(c)) {
     groups[0].params = model.parameters();

@@ -4,11 +4,15 @@
 // identity-initialised convolutions, BatchNorm weights frozen at 1 (eps 1e-12, momentum 0.4),
 // BatchNorm biases at 64x the lr, reflect-padded 2-pixel translations with alternating flips, plus
 // the flag values set by apply_recipe_defaults (batch 1024, Nesterov momentum 0.85, linear
-// warm-up/decay, label smoothing 0.2, lookahead, test-time augmentation).
+// warm-up/decay, label smoothing 0.2, lookahead, test-time augmentation). "airbench-muon" is
+// airbench94_muon's recipe on the same model (section 7.1 too): the convolution filters trained by
+// Muon, the rest by Nesterov SGD, batch 2000, 8 epochs, linear decay to 0, the whitening bias
+// trained for the first 3 epochs only, no lookahead.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +36,11 @@ struct ParamGroup {
   std::vector<Tensor> params;
   double lr_scale = 1.0;
   double weight_decay_scale = 1.0;
+  // Set: the group takes Muon updates with these options (lr = --lr x lr_scale); --optimizer muon.
+  std::optional<optim::Muon::Options> muon;
+  // > 0: the group's lr falls linearly from its base to 0 over this many epochs, in place of
+  // --schedule (airbench's whitening bias, trained for the first 3 epochs only).
+  int train_epochs = 0;
 };
 std::vector<ParamGroup> parameter_groups(const TrainerConfig& c, nn::Module& model);
 

@@ -247,18 +247,35 @@ double run_training(const TrainerConfig& c) {
       c.master_weights == "fp32" ? optim::MasterWeights::Fp32 : optim::MasterWeights::None;
   std::unique_ptr<optim::Optimizer> opt;
   const std::vector<ParamGroup> groups = parameter_groups(c, *model);
+  auto sgd_options = [&](const ParamGroup& g) {
+    optim::SGD::Options o;
+    o.lr = c.lr * g.lr_scale;
+    o.momentum = c.momentum;
+    o.nesterov = c.momentum > 0.0;
+    o.weight_decay = c.weight_decay * g.weight_decay_scale;
+    o.master_weights = masters;
+    return o;
+  };
   if (c.optimizer == "sgd") {
-    opt = make_grouped<optim::SGD>(groups, [&](const ParamGroup& g) {
-      optim::SGD::Options o;
-      o.lr = c.lr * g.lr_scale;
-      o.momentum = c.momentum;
-      o.nesterov = c.momentum > 0.0;
-      o.weight_decay = c.weight_decay * g.weight_decay_scale;
-      o.master_weights = masters;
-      return o;
-    });
+    opt = make_grouped<optim::SGD>(groups, sgd_options);
+  } else if (c.optimizer == "muon") {
+    // The recipe's Muon groups (filters) and SGD groups (everything else), in the recipe's order.
+    std::unique_ptr<optim::Muon> muon;
+    for (const ParamGroup& g : groups) {
+      if (g.muon) {
+        optim::Muon::Options o = *g.muon;
+        o.lr = c.lr * g.lr_scale;
+        o.master_weights = masters;
+        if (!muon) muon = std::make_unique<optim::Muon>(g.params, o);
+        else muon->add_param_group(g.params, o);
+      } else {
+        DEMI_CHECK(muon, "--optimizer muon: the recipe's first parameter group must be a Muon group");
+        muon->add_sgd_group(g.params, sgd_options(g));
+      }
+    }
+    opt = std::move(muon);
   } else {
-    DEMI_CHECK(c.optimizer == "adamw", "--optimizer: '", c.optimizer, "' is not one of sgd, adamw");
+    DEMI_CHECK(c.optimizer == "adamw", "--optimizer: '", c.optimizer, "' is not one of sgd, adamw, muon");
     opt = make_grouped<optim::AdamW>(groups, [&](const ParamGroup& g) {
       optim::AdamW::Options o;
       o.lr = c.lr * g.lr_scale;
@@ -304,10 +321,21 @@ double run_training(const TrainerConfig& c) {
     schedule = std::make_unique<optim::PiecewiseLinear>(
         *opt, std::vector<optim::PiecewiseLinear::Point>{
                   {0.0, 0.2}, {std::max(1.0, std::floor(0.23 * total)), 1.0}, {total, 0.07}});
+  } else if (c.schedule == "linear-decay") {
+    schedule = std::make_unique<optim::PiecewiseLinear>(
+        *opt, std::vector<optim::PiecewiseLinear::Point>{{0.0, 1.0}, {static_cast<double>(total_steps), 0.0}});
   } else if (c.schedule == "step") {
     schedule = std::make_unique<optim::StepLR>(*opt, std::max<int64_t>(1, total_steps / 3), 0.1);
   } else {
-    DEMI_CHECK(c.schedule == "none", "--schedule: '", c.schedule, "' is not one of onecycle, cosine, linear, step, none");
+    DEMI_CHECK(c.schedule == "none", "--schedule: '", c.schedule,
+               "' is not one of onecycle, cosine, linear, linear-decay, step, none");
+  }
+  // Groups trained for their first epochs only: linear decay to 0 there, whatever --schedule says.
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].train_epochs <= 0) continue;
+    if (!schedule) schedule = std::make_unique<optim::LambdaLR>(*opt, [](int64_t) { return 1.0; });
+    const double steps = std::max(1.0, static_cast<double>(groups[g].train_epochs * steps_per_epoch));
+    schedule->set_group_factor(g, [steps](int64_t t) { return std::max(0.0, 1.0 - static_cast<double>(t) / steps); });
   }
 
   // Resume

@@ -22,12 +22,12 @@ struct TrainerConfig {
   // The default recipe (SGD Nesterov, one-cycle to lr 0.1, label smoothing 0.1, batch 128, 15
   // epochs) is the one measured in docs/BENCHMARKS.md: SmallCNN 82.3% fp32, 82.7% bf16 on the CPU.
   double lr = 0.1;
-  std::string optimizer = "sgd";     // sgd | adamw
+  std::string optimizer = "sgd";     // sgd | adamw | muon (muon: --recipe airbench-muon)
   double momentum = 0.9;             // SGD's (Nesterov) momentum
   double weight_decay = 5e-4;
-  std::string schedule = "onecycle";  // onecycle | cosine | linear | step | none
+  std::string schedule = "onecycle";  // onecycle | cosine | linear | linear-decay | step | none
   double label_smoothing = 0.1;
-  std::string recipe = "standard";   // standard | airbench (train/recipe.h)
+  std::string recipe = "standard";   // standard | airbench | airbench-muon (train/recipe.h)
   int tta = 0;                       // test-time augmentation of the final evaluation: 0 none, 1 mirror, 2 mirror + translate
   bool lookahead = false;            // airbench's lookahead averaging every 5 steps
   bool half_params = false;          // model weights in the half dtype, fp32 masters in the optimizer

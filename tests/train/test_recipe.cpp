@@ -58,7 +58,65 @@ TEST(Recipe, AirbenchNamesTheModelItNeeds) {
               HasSubstr("--model AirNet"));
   c.recipe = "fast";
   EXPECT_THAT(test::error_of([&] { train::apply_recipe_defaults(c, [](const std::string&) { return false; }); }),
-              HasSubstr("standard, airbench"));
+              HasSubstr("standard, airbench, airbench-muon"));
+}
+
+TEST(Recipe, AirbenchMuonDefaultsAndWhatItRefuses) {
+  train::TrainerConfig c;
+  c.recipe = "airbench-muon";
+  train::apply_recipe_defaults(c, [](const std::string&) { return false; });
+  EXPECT_EQ(c.model, "AirNet");
+  EXPECT_EQ(c.optimizer, "muon");
+  EXPECT_EQ(c.epochs, 8);
+  EXPECT_EQ(c.batch_size, 2000);
+  EXPECT_EQ(c.lr, 0.24);
+  EXPECT_EQ(c.momentum, 0.85);
+  EXPECT_EQ(c.schedule, "linear-decay");
+  EXPECT_EQ(c.tta, 2);
+  EXPECT_FALSE(c.lookahead);
+
+  train::TrainerConfig sgd;
+  sgd.recipe = "airbench-muon";
+  sgd.optimizer = "sgd";
+  EXPECT_THAT(test::error_of([&] { train::apply_recipe_defaults(sgd, [](const std::string& f) { return f == "--optimizer"; }); }),
+              HasSubstr("--recipe airbench"));
+  train::TrainerConfig standard;
+  standard.optimizer = "muon";
+  EXPECT_THAT(test::error_of([&] { train::apply_recipe_defaults(standard, [](const std::string&) { return false; }); }),
+              HasSubstr("pass --recipe airbench-muon"));
+}
+
+TEST(Recipe, AirbenchMuonGroupsFiltersForMuonAndTheRestForSgd) {
+  train::TrainerConfig c;
+  c.recipe = "airbench-muon";
+  train::apply_recipe_defaults(c, [](const std::string&) { return false; });
+  Generator gen(0);
+  auto model = train::make_recipe_model(c, gen, random_images(20));
+  const std::vector<train::ParamGroup> groups = train::parameter_groups(c, *model);
+  ASSERT_EQ(groups.size(), 4u);
+  // Filters: the six 3x3 convolutions (not the frozen stem), Muon with airbench94_muon's options.
+  ASSERT_TRUE(groups[0].muon.has_value());
+  EXPECT_EQ(groups[0].params.size(), 6u);
+  for (const Tensor& p : groups[0].params) EXPECT_EQ(p.dim(), 4);
+  EXPECT_EQ(groups[0].muon->momentum, 0.6);
+  EXPECT_EQ(groups[0].muon->ns_steps, 3);
+  EXPECT_TRUE(groups[0].muon->normalize_weights);
+  EXPECT_EQ(groups[0].muon->weight_decay, 0.0);
+  // BatchNorm biases and the whitening bias: 0.053 per summed loss = 106 for the mean over 2000.
+  EXPECT_EQ(groups[1].params.size(), 6u);
+  EXPECT_NEAR(c.lr * groups[1].lr_scale, 0.053 * 2000, 1e-9);
+  ASSERT_EQ(groups[2].params.size(), 1u);
+  EXPECT_EQ(groups[2].params[0].dim(), 1);
+  EXPECT_EQ(groups[2].train_epochs, 3);
+  EXPECT_EQ(groups[0].train_epochs, 0);
+  // The head: 0.67 x (9/256)^2 per summed loss; every group decays 2e-6 x batch per step at its lr.
+  ASSERT_EQ(groups[3].params.size(), 1u);
+  EXPECT_EQ(groups[3].params[0].shape(), (Shape{10, 256}));
+  const double head_lr = c.lr * groups[3].lr_scale;
+  EXPECT_NEAR(head_lr, 0.67 * 81.0 / 65536.0 * 2000, 1e-9);
+  for (size_t g = 1; g < 4; ++g) {
+    EXPECT_NEAR(c.lr * groups[g].lr_scale * c.weight_decay * groups[g].weight_decay_scale, 2e-6 * 2000, 1e-12) << g;
+  }
 }
 
 TEST(Recipe, AirbenchModelHasAWhitenedFrozenStemAndFrozenBatchNormWeights) {

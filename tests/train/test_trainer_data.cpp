@@ -138,10 +138,40 @@ TEST(TrainerData, AirbenchRecipeResumesExactlyWithItsLookaheadAverage) {
   EXPECT_THAT(test::error_of([&] { train::run_training(standard); }), testing::HasSubstr("--recipe"));
 }
 
+TEST(TrainerData, AirbenchMuonResumesExactlyAndFreezesTheWhiteningBiasAfterThreeEpochs) {
+  DEMI_REQUIRE_REAL_DATA();
+  const test::TempDir tmp_a("demi_test_muon_a_"), tmp_b("demi_test_muon_b_"), tmp_c("demi_test_muon_c_");
+  train::TrainerConfig c;
+  c.data_dir = test::real_data_dir();
+  c.recipe = "airbench-muon";
+  c.epochs = 1;
+  c.batch_size = 32;
+  train::apply_recipe_defaults(c, [](const std::string& flag) { return flag == "--epochs" || flag == "--batch-size"; });
+  EXPECT_EQ(c.optimizer, "muon");
+  c.train_subset = 320;
+  c.test_subset = 100;
+  expect_stop_and_resume_reproduces(c, tmp_a.path, tmp_b.path, 4);  // of 10 steps: Muon's momentum restored
+
+  // 4 epochs of 2 steps: the whitening bias moves in the first 3 epochs (6 steps) only.
+  c.epochs = 4;
+  c.train_subset = 64;
+  c.test_subset = 20;
+  c.out_dir = tmp_c.path.string();
+  c.max_steps = 6;
+  train::run_training(c);
+  const auto after_three = train::load_safetensors((tmp_c.path / "model.safetensors").string());
+  c.max_steps = 0;
+  c.resume_dir = c.out_dir;
+  train::run_training(c);
+  const auto after_four = train::load_safetensors((tmp_c.path / "model.safetensors").string());
+  EXPECT_EQ(after_three.at("body.0.bias").to_vector<float>(), after_four.at("body.0.bias").to_vector<float>());
+  EXPECT_NE(after_three.at("fc.weight").to_vector<float>(), after_four.at("fc.weight").to_vector<float>());
+}
+
 TEST(TrainerData, EverySchedulePlansARunOfTwoSteps) {
   // The smallest run (2 steps): the linear schedule's warm-up point must not collapse onto its start.
   DEMI_REQUIRE_REAL_DATA();
-  for (const char* schedule : {"onecycle", "cosine", "linear", "step", "none"}) {
+  for (const char* schedule : {"onecycle", "cosine", "linear", "linear-decay", "step", "none"}) {
     const test::TempDir tmp("demi_test_schedule_");
     train::TrainerConfig c;
     c.data_dir = test::real_data_dir();
