@@ -30,7 +30,7 @@ Tensor newton_schulz_orthogonalize(const Tensor& x, int steps, double eps) {
   DEMI_CHECK(x.dim() == 2 && (x.dtype() == DType::F32 || x.dtype() == DType::F64),
              "newton_schulz_orthogonalize: expects an fp32 or fp64 matrix, got ", x.dtype(), " ", x.shape());
   DEMI_CHECK(steps >= 0, "newton_schulz_orthogonalize: steps must be >= 0, got ", steps);
-  constexpr double a = 3.44, b = -4.7750, c = 2.0315;
+  constexpr double a = 3.4445, b = -4.7750, c = 2.0315;
   NoGradGuard no_grad;
   Tensor X = x / (frobenius_norm(x) + eps);  // every singular value <= 1, where the iteration converges
   for (int s = 0; s < steps; ++s) {

@@ -5,6 +5,8 @@
 // 68.2%; a broken orthogonalisation, lr conversion or group split costs far more than the margin.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "support/real_data.h"
 #include "support/temp_dir.h"
 #include "support/trainer_run.h"
@@ -32,6 +34,7 @@ TEST(AirNetMuonConvergence, ThreeShortEpochsReachTheFloor) {
   c.log_every = 10;
   c.out_dir = tmp.path.string();
   const test::TrainerRun run = test::train_and_read(c);
+  std::cout << "AirNet, airbench-muon, 3 epochs of 10,000 images: " << 100.0 * run.accuracy << "% (TTA 2)\n";
   EXPECT_GE(run.accuracy, kAccuracyFloor);
   ASSERT_FALSE(run.loss_mean.empty());
   EXPECT_LT(run.loss_mean.back(), run.loss_mean.front());
