@@ -13,6 +13,93 @@
 
 namespace demi::backend {
 
+// --- element-wise --------------------------------------------------------------------------------
+
+inline const char* unary_name(UnaryKind k) {
+  switch (k) {
+    case UnaryKind::Neg: return "unary(neg)";
+    case UnaryKind::Exp: return "unary(exp)";
+    case UnaryKind::Log: return "unary(log)";
+    case UnaryKind::Sqrt: return "unary(sqrt)";
+    case UnaryKind::Relu: return "unary(relu)";
+    case UnaryKind::Gelu: return "unary(gelu)";
+    case UnaryKind::Pow: return "unary(pow)";
+    case UnaryKind::Affine: return "unary(affine)";
+    case UnaryKind::Clamp: return "unary(clamp)";
+  }
+  return "unary";
+}
+
+inline const char* binary_name(BinaryKind k) {
+  switch (k) {
+    case BinaryKind::Add: return "binary(add)";
+    case BinaryKind::Sub: return "binary(sub)";
+    case BinaryKind::Mul: return "binary(mul)";
+    case BinaryKind::Div: return "binary(div)";
+    case BinaryKind::ReluBackward: return "binary(relu_backward)";
+    case BinaryKind::GeluBackward: return "binary(gelu_backward)";
+    case BinaryKind::Eq: return "binary(eq)";
+    case BinaryKind::Ne: return "binary(ne)";
+    case BinaryKind::Lt: return "binary(lt)";
+    case BinaryKind::Le: return "binary(le)";
+    case BinaryKind::Gt: return "binary(gt)";
+    case BinaryKind::Ge: return "binary(ge)";
+  }
+  return "binary";
+}
+
+// unary(kind, x, y): floating x, y of x's dtype and number of elements. Returns the kernel's name.
+inline const char* check_unary(UnaryKind kind, const TensorRef& x, const TensorRef& y) {
+  const char* name = unary_name(kind);
+  DEMI_CHECK(x.dtype == y.dtype && x.numel() == y.numel(), name, ": x is ", x.shape, " ", x.dtype, " but y is ",
+             y.shape, " ", y.dtype, "; y must have x's dtype and number of elements");
+  DEMI_CHECK(is_floating(x.dtype), name, ": x must be floating, got ", x.dtype, "; cast it first");
+  return name;
+}
+
+// binary(kind, a, b, y): one floating dtype for all three, and y may alias a or b only when that
+// operand has y's full shape (writing y while a broadcast operand is read through the same memory
+// would read results). Broadcasting itself is checked by each backend's index plan.
+inline const char* check_binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
+  const char* name = binary_name(kind);
+  DEMI_CHECK(a.dtype == b.dtype && a.dtype == y.dtype, name, ": a is ", a.dtype, ", b is ", b.dtype, " and y is ",
+             y.dtype, "; all three must share one dtype (cast first)");
+  DEMI_CHECK(is_floating(y.dtype), name, ": operands must be floating, got ", y.dtype, "; cast them first");
+  DEMI_CHECK(a.data != y.data || a.numel() == y.numel(), name, ": y aliases a ", a.shape, ", which broadcasts to y ",
+             y.shape, "; in-place is only possible into a full-shape operand");
+  DEMI_CHECK(b.data != y.data || b.numel() == y.numel(), name, ": y aliases b ", b.shape, ", which broadcasts to y ",
+             y.shape, "; in-place is only possible into a full-shape operand");
+  return name;
+}
+
+// argmax(x, y): x [O, R, I] floating with R >= 1, y [O, 1, I] I64.
+inline void check_argmax(const TensorRef& x, const TensorRef& y) {
+  DEMI_CHECK(is_floating(x.dtype) && y.dtype == DType::I64, "argmax: x must be floating and y int64, got ", x.dtype,
+             " and ", y.dtype);
+  DEMI_CHECK(x.shape.size() == 3 && y.shape.size() == 3 && y.shape[0] == x.shape[0] && y.shape[1] == 1 &&
+                 y.shape[2] == x.shape[2],
+             "argmax: x must be [O, R, I] and y [O, 1, I], got ", x.shape, " and ", y.shape);
+  DEMI_CHECK(x.shape[1] >= 1 || y.numel() == 0, "argmax: x ", x.shape,
+             " has no elements along the reduced dim, so there is no maximum; reduce over a non-empty range");
+}
+
+// permute(x, y, dims): dims a permutation of x's dims, y.shape[i] == x.shape[dims[i]], one dtype.
+inline void check_permute(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) {
+  const size_t rank = x.shape.size();
+  DEMI_CHECK(dims.size() == rank && y.shape.size() == rank && rank <= 8, "permute: x ", x.shape, " and y ", y.shape,
+             " need rank <= 8 and one dim index per dimension, got ", dims.size());
+  DEMI_CHECK(x.dtype == y.dtype, "permute: x is ", x.dtype, " but y is ", y.dtype, "; they must share a dtype");
+  std::vector<bool> seen(rank, false);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t d = dims[i];
+    DEMI_CHECK(d >= 0 && d < static_cast<int64_t>(rank) && !seen[static_cast<size_t>(d)], "permute: dims must be a "
+               "permutation of 0..", rank - 1, ", got ", dims);
+    seen[static_cast<size_t>(d)] = true;
+    DEMI_CHECK(y.shape[i] == x.shape[static_cast<size_t>(d)], "permute: y ", y.shape, " is not x ", x.shape,
+               " permuted by ", dims);
+  }
+}
+
 // --- reduce --------------------------------------------------------------------------------------
 
 inline const char* reduce_name(ReduceKind k) {

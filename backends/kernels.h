@@ -40,6 +40,7 @@ enum class UnaryKind {
   Gelu,    // x * Phi(x), the erf form (PyTorch's default)
   Pow,     // x^alpha
   Affine,  // alpha * x + beta (scalar add, scalar multiply, 1 - x ...)
+  Clamp,   // min(max(x, alpha), beta): beta when alpha > beta; NaN stays NaN; a bound may be +-inf
 };
 
 enum class BinaryKind {
@@ -49,6 +50,13 @@ enum class BinaryKind {
   Div,
   ReluBackward,  // a * (b > 0): a = grad_y, b = y (or x)
   GeluBackward,  // a * gelu'(b): a = grad_y, b = x
+  // Comparisons: 1 where a OP b holds, else 0, in the operands' dtype (NaN compares unequal).
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,
 };
 
 enum class ReduceKind { Sum, Mean, Max };
@@ -194,6 +202,11 @@ class Kernels {
   virtual void binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) = 0;
   // y has x's rank with every reduced dimension of extent 1; y's dtype may be wider than x's.
   virtual void reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) = 0;
+  // x [O, R, I] (floating) -> y [O, 1, I] (I64): the index along R of the first maximum; NaN counts
+  // as the maximum, as in PyTorch. R must be at least 1.
+  virtual void argmax(const TensorRef& x, const TensorRef& y) = 0;
+  // y = x with its dimensions reordered: y.shape[i] = x.shape[dims[i]], any dtype, rank <= 8.
+  virtual void permute(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) = 0;
 
   virtual void gemm(const GemmArgs& args) = 0;
   virtual void conv2d_forward(const Conv2dArgs& args) = 0;

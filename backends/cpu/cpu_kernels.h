@@ -25,6 +25,9 @@ class CpuKernels final : public Kernels {
   void binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) override;
   // reduce.cpp
   void reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) override;
+  void argmax(const TensorRef& x, const TensorRef& y) override;
+  // permute.cpp
+  void permute(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) override;
   // gemm.cpp
   void gemm(const GemmArgs& args) override;
   // conv2d.cpp

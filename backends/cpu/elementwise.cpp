@@ -5,11 +5,13 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
 namespace {
@@ -81,32 +83,6 @@ void cast_typed(const TensorRef& x, const TensorRef& y) {
                std::is_same_v<Y, uint8_t> ? " (range [0, 255])" : " (range [-2^63, 2^63))",
                "; clamp or mask the values before casting");
   }
-}
-
-const char* unary_name(UnaryKind k) {
-  switch (k) {
-    case UnaryKind::Neg: return "neg";
-    case UnaryKind::Exp: return "exp";
-    case UnaryKind::Log: return "log";
-    case UnaryKind::Sqrt: return "sqrt";
-    case UnaryKind::Relu: return "relu";
-    case UnaryKind::Gelu: return "gelu";
-    case UnaryKind::Pow: return "pow";
-    case UnaryKind::Affine: return "affine";
-  }
-  return "unary";
-}
-
-const char* binary_name(BinaryKind k) {
-  switch (k) {
-    case BinaryKind::Add: return "add";
-    case BinaryKind::Sub: return "sub";
-    case BinaryKind::Mul: return "mul";
-    case BinaryKind::Div: return "div";
-    case BinaryKind::ReluBackward: return "relu_backward";
-    case BinaryKind::GeluBackward: return "gelu_backward";
-  }
-  return "binary";
 }
 
 // y = op(x) where op maps an Eigen array expression of acc_t<T> to another, so that exp, log and
@@ -210,6 +186,13 @@ void unary_typed(UnaryKind kind, const T* x, T* y, int64_t n, double alpha, doub
       });
     case UnaryKind::Affine:
       return map_unary(x, y, n, 1, [a, b](const auto& v) { return v * a + b; });
+    case UnaryKind::Clamp:  // selects, not min/max: NaN must stay NaN, as in PyTorch
+      return map_unary(x, y, n, 1, [a, b](const auto& v) {
+        return v.unaryExpr([a, b](C t) {
+          const C low = t < a ? a : t;  // then the upper bound, so min > max gives max, as PyTorch
+          return low > b ? b : low;
+        });
+      });
   }
   DEMI_THROW("unary: unknown UnaryKind ", static_cast<int>(kind));
 }
@@ -219,6 +202,10 @@ struct AddOp { template <typename C> C operator()(C a, C b) const { return a + b
 struct SubOp { template <typename C> C operator()(C a, C b) const { return a - b; } };
 struct MulOp { template <typename C> C operator()(C a, C b) const { return a * b; } };
 struct DivOp { template <typename C> C operator()(C a, C b) const { return a / b; } };
+template <typename Cmp>
+struct CompareOp {
+  template <typename C> C operator()(C a, C b) const { return Cmp{}(a, b) ? C(1) : C(0); }
+};
 struct ReluBackwardOp {
   template <typename C> C operator()(C a, C b) const { return b > C(0) ? a : C(0); }
 };
@@ -382,11 +369,7 @@ void CpuKernels::cast(const TensorRef& x, const TensorRef& y) {
 }
 
 void CpuKernels::unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) {
-  const char* name = unary_name(kind);
-  DEMI_CHECK(x.dtype == y.dtype, "unary ", name, ": x is ", x.dtype, " but y is ", y.dtype,
-             "; cast first so that both share a dtype");
-  DEMI_CHECK(x.numel() == y.numel(), "unary ", name, ": x ", x.shape, " and y ", y.shape,
-             " have different numbers of elements; give y x's shape");
+  const char* name = check_unary(kind, x, y);
   dispatch_floating(x.dtype, name, [&](auto tag) {
     using T = decltype(tag);
     unary_typed<T>(kind, x.as<T>(), y.as<T>(), x.numel(), alpha, beta);
@@ -394,15 +377,8 @@ void CpuKernels::unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, d
 }
 
 void CpuKernels::binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
-  const char* name = binary_name(kind);
-  DEMI_CHECK(a.dtype == b.dtype && a.dtype == y.dtype, name, ": a (", a.dtype, "), b (", b.dtype,
-             ") and y (", y.dtype, ") must share a dtype; cast the operands first");
+  const char* name = check_binary(kind, a, b, y);
   const BroadcastPlan plan = plan_broadcast(name, a.shape, b.shape, y.shape);
-  // Writing y while reading a broadcast operand through the same memory would read results.
-  DEMI_CHECK(a.data != y.data || a.numel() == y.numel(), name, ": y aliases a ", a.shape,
-             ", which broadcasts to y ", y.shape, "; in-place is only possible into a full-shape operand");
-  DEMI_CHECK(b.data != y.data || b.numel() == y.numel(), name, ": y aliases b ", b.shape,
-             ", which broadcasts to y ", y.shape, "; in-place is only possible into a full-shape operand");
   if (y.numel() == 0) return;
   dispatch_floating(y.dtype, name, [&](auto tag) {
     using T = decltype(tag);
@@ -419,6 +395,12 @@ void CpuKernels::binary(BinaryKind kind, const TensorRef& a, const TensorRef& b,
           }
         }
         return binary_typed<T>(plan, a, b, y, 30, GeluBackwardOp{});
+      case BinaryKind::Eq: return binary_typed<T>(plan, a, b, y, 1, CompareOp<std::equal_to<>>{});
+      case BinaryKind::Ne: return binary_typed<T>(plan, a, b, y, 1, CompareOp<std::not_equal_to<>>{});
+      case BinaryKind::Lt: return binary_typed<T>(plan, a, b, y, 1, CompareOp<std::less<>>{});
+      case BinaryKind::Le: return binary_typed<T>(plan, a, b, y, 1, CompareOp<std::less_equal<>>{});
+      case BinaryKind::Gt: return binary_typed<T>(plan, a, b, y, 1, CompareOp<std::greater<>>{});
+      case BinaryKind::Ge: return binary_typed<T>(plan, a, b, y, 1, CompareOp<std::greater_equal<>>{});
     }
     DEMI_THROW("binary: unknown BinaryKind ", static_cast<int>(kind));
   });

@@ -1,4 +1,4 @@
-// Reductions (sum, mean, max) into a keepdim-shaped y. Every dtype accumulates in double, in blocks
+// Reductions (sum, mean, max) into a keepdim-shaped y, and argmax. Every dtype accumulates in double, in blocks
 // whose boundaries do not depend on the thread count, so sums of millions of fp32 values stay
 // accurate to ~1e-15 relative and a result is the same on 1 or 64 threads.
 #include <algorithm>
@@ -182,6 +182,32 @@ void CpuKernels::reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y)
     Y* py = y.as<Y>();
     parallel_for(outputs, 2, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) py[i] = round_to<Y>(out[i]);
+    });
+  });
+}
+
+void CpuKernels::argmax(const TensorRef& x, const TensorRef& y) {
+  check_argmax(x, y);
+  const int64_t O = x.shape[0], R = x.shape[1], I = x.shape[2];
+  if (y.numel() == 0) return;
+  int64_t* out = y.as<int64_t>();
+  dispatch_floating(x.dtype, "argmax", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.as<T>();
+    parallel_for(O * I, R, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const T* column = px + (t / I) * R * I + t % I;
+        int64_t best = 0;
+        double best_value = load(column[0]);
+        for (int64_t r = 1; r < R && !std::isnan(best_value); ++r) {
+          const double v = load(column[r * I]);
+          if (v > best_value || std::isnan(v)) {  // strictly greater: the first maximum wins
+            best = r;
+            best_value = v;
+          }
+        }
+        out[t] = best;
+      }
     });
   });
 }

@@ -44,6 +44,9 @@ class CudaKernels final : public Kernels {
 
   // reduce.cu
   void reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) override;
+  void argmax(const TensorRef& x, const TensorRef& y) override;
+  // permute.cu
+  void permute(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) override;
   // gemm.cu (cuBLASLt)
   void gemm(const GemmArgs& args) override;
   // conv2d.cu (cuDNN)

@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
 
@@ -35,6 +36,10 @@ __device__ inline A unary_op(UnaryKind kind, A x, A alpha, A beta) {
     case UnaryKind::Gelu: return A(0.5) * x * (A(1) + dmath::erf(x * A(kSqrtHalf)));
     case UnaryKind::Pow: return alpha == A(2) ? x * x : dmath::pow(x, alpha);  // square exactly
     case UnaryKind::Affine: return dmath::affine(x, alpha, beta);
+    case UnaryKind::Clamp: {  // selects (NaN stays NaN), the upper bound last: min > max gives max
+      const A low = x < alpha ? alpha : x;
+      return low > beta ? beta : low;
+    }
   }
   return x;
 }
@@ -54,6 +59,12 @@ __device__ inline A binary_op(BinaryKind kind, A a, A b) {
       const A pdf = dmath::exp(A(-0.5) * b * b) * A(kInvSqrt2Pi);
       return a * (cdf + b * pdf);
     }
+    case BinaryKind::Eq: return a == b ? A(1) : A(0);
+    case BinaryKind::Ne: return a != b ? A(1) : A(0);
+    case BinaryKind::Lt: return a < b ? A(1) : A(0);
+    case BinaryKind::Le: return a <= b ? A(1) : A(0);
+    case BinaryKind::Gt: return a > b ? A(1) : A(0);
+    case BinaryKind::Ge: return a >= b ? A(1) : A(0);
   }
   return a;
 }
@@ -142,32 +153,6 @@ double host_value(DType dtype, uint64_t raw) {
     case DType::U8: return static_cast<double>(raw & 0xff);
   }
   return 0.0;
-}
-
-const char* unary_name(UnaryKind kind) {
-  switch (kind) {
-    case UnaryKind::Neg: return "unary(neg)";
-    case UnaryKind::Exp: return "unary(exp)";
-    case UnaryKind::Log: return "unary(log)";
-    case UnaryKind::Sqrt: return "unary(sqrt)";
-    case UnaryKind::Relu: return "unary(relu)";
-    case UnaryKind::Gelu: return "unary(gelu)";
-    case UnaryKind::Pow: return "unary(pow)";
-    case UnaryKind::Affine: return "unary(affine)";
-  }
-  return "unary";
-}
-
-const char* binary_name(BinaryKind kind) {
-  switch (kind) {
-    case BinaryKind::Add: return "binary(add)";
-    case BinaryKind::Sub: return "binary(sub)";
-    case BinaryKind::Mul: return "binary(mul)";
-    case BinaryKind::Div: return "binary(div)";
-    case BinaryKind::ReluBackward: return "binary(relu_backward)";
-    case BinaryKind::GeluBackward: return "binary(gelu_backward)";
-  }
-  return "binary";
 }
 
 // Element strides of contiguous `s` seen in y's index space: aligned from the right, 0 where s has
@@ -314,9 +299,7 @@ void CudaKernels::cast(const TensorRef& x, const TensorRef& y) {
 
 // unary: x [any shape] -> y of x's numel and dtype (floating), y = op(x; alpha, beta).
 void CudaKernels::unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) {
-  const char* op = unary_name(kind);
-  DEMI_CHECK(x.dtype == y.dtype && x.numel() == y.numel(), op, ": x is ", x.shape, " ", x.dtype, " but y is ",
-             y.shape, " ", y.dtype, "; y must have x's dtype and number of elements");
+  const char* op = check_unary(kind, x, y);
   const int64_t n = x.numel();
   dispatch_floating(x.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -331,17 +314,10 @@ void CudaKernels::unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, 
 // binary: a and b broadcast (numpy rules) to y's shape, which may be larger than their own
 // broadcast shape; a, b and y share a floating dtype. Same-shape operands take a flat loop.
 void CudaKernels::binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
-  const char* op = binary_name(kind);
-  DEMI_CHECK(a.dtype == b.dtype && a.dtype == y.dtype, op, ": a is ", a.dtype, ", b is ", b.dtype,
-             " and y is ", y.dtype, "; all three must share one dtype (cast first)");
+  const char* op = check_binary(kind, a, b, y);
   const std::vector<int64_t> sa = broadcast_strides(a.shape, y.shape, op, "a");
   const std::vector<int64_t> sb = broadcast_strides(b.shape, y.shape, op, "b");
   const int64_t n = y.numel();
-  // Threads write y while others still read a broadcast operand through the same memory.
-  DEMI_CHECK(a.data != y.data || a.numel() == n, op, ": y aliases a ", a.shape, ", which broadcasts to y ",
-             y.shape, "; in-place is only possible into a full-shape operand");
-  DEMI_CHECK(b.data != y.data || b.numel() == n, op, ": y aliases b ", b.shape, ", which broadcasts to y ",
-             y.shape, "; in-place is only possible into a full-shape operand");
   dispatch_floating(y.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (n == 0) return;

@@ -1,4 +1,5 @@
-// Reductions (sum, mean, max) on CUDA into a keepdim-shaped y, with the CPU backend's semantics.
+// Reductions (sum, mean, max) on CUDA into a keepdim-shaped y, and argmax, with the CPU backend's
+// semantics.
 // x is viewed, after merging neighbouring kept / reduced dims, as outputs x R reduced elements;
 // every dtype accumulates in double as on the CPU (free here: the loops are memory-bound), and
 // long reductions are split into fixed-size chunks whose partials a second kernel combines in a
@@ -151,7 +152,39 @@ __global__ void reduce_partials_kernel(const double* partial, int64_t outputs, i
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// argmax over R of x [O, R, I]: one thread per output (o, i), walking R; the first maximum wins
+// and a NaN is the maximum, as on the CPU. Outputs are few (a batch of rows): no need to split R.
+template <typename T>
+__global__ void argmax_kernel(const T* x, int64_t O, int64_t R, int64_t I, int64_t* y) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < O * I; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = (t / I) * R * I + t % I;
+    int64_t best = 0;
+    double best_value = load(x, base);
+    for (int64_t r = 1; r < R && !isnan(best_value); ++r) {
+      const double v = load(x, base + r * I);
+      if (v > best_value || isnan(v)) {
+        best = r;
+        best_value = v;
+      }
+    }
+    y[t] = best;
+  }
+}
+
 }  // namespace
+
+// argmax: x [O, R, I] floating -> y [O, 1, I] int64.
+void CudaKernels::argmax(const TensorRef& x, const TensorRef& y) {
+  check_argmax(x, y);
+  const int64_t O = x.shape[0], R = x.shape[1], I = x.shape[2];
+  if (y.numel() == 0) return;
+  const DeviceGuard guard(index_);
+  dispatch_floating(x.dtype, "argmax", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    argmax_kernel<T><<<blocks_for(O * I, kThreads), kThreads, 0, stream_>>>(x.as<const T>(), O, R, I, y.as<int64_t>());
+    DEMI_CUDA_LAUNCH_CHECK("argmax_kernel");
+  });
+}
 
 // reduce: x [d0, ..., dn) of a floating dtype -> y of x's rank with each reduced dim of extent 1
 // (or 0-d for a full reduction), of any floating dtype.

@@ -2,6 +2,7 @@
 // unary ops and broadcasting binary ops against naive double references, in every floating dtype.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -53,6 +54,12 @@ double binary_ref(BinaryKind kind, double a, double b) {
     case BinaryKind::Div: return a / b;
     case BinaryKind::ReluBackward: return b > 0 ? a : 0.0;
     case BinaryKind::GeluBackward: return a * gelu_grad_ref(b);
+    case BinaryKind::Eq: return a == b;
+    case BinaryKind::Ne: return a != b;
+    case BinaryKind::Lt: return a < b;
+    case BinaryKind::Le: return a <= b;
+    case BinaryKind::Gt: return a > b;
+    case BinaryKind::Ge: return a >= b;
   }
   return 0.0;
 }
@@ -83,7 +90,9 @@ const BinaryCase kBinaryCases[] = {
 };
 
 const BinaryKind kBinaryKinds[] = {BinaryKind::Add, BinaryKind::Sub, BinaryKind::Mul, BinaryKind::Div,
-                                   BinaryKind::ReluBackward, BinaryKind::GeluBackward};
+                                   BinaryKind::ReluBackward, BinaryKind::GeluBackward, BinaryKind::Eq,
+                                   BinaryKind::Ne, BinaryKind::Lt, BinaryKind::Le, BinaryKind::Gt,
+                                   BinaryKind::Ge};
 
 TEST(CpuBinary, MatchesNaiveBroadcastReference) {
   std::mt19937 rng(1);
@@ -106,6 +115,30 @@ TEST(CpuBinary, MatchesNaiveBroadcastReference) {
           ref[i] = binary_ref(kind, va[broadcast_index(i, c.y, c.a)], vb[broadcast_index(i, c.y, c.b)]);
         expect_close(ref, y, tolerance(dtype));
       }
+    }
+  }
+}
+
+// Random operands are almost never equal: the comparisons also on ties, signed zeros, infinities
+// and NaN (unequal to everything, itself included).
+TEST(CpuBinary, ComparisonsOnTiesInfinitiesAndNaN) {
+  const double nan = std::nan(""), inf = INFINITY;
+  const std::vector<double> a = {1.0, 1.0, 2.0, -0.0, inf, -inf, nan, nan, 0.5};
+  const std::vector<double> b = {1.0, 2.0, 1.0, 0.0, inf, inf, 1.0, nan, 0.5};
+  for (DType dtype : kFloating) {
+    SCOPED_TRACE(demi::dtype_name(dtype));
+    const int64_t n = static_cast<int64_t>(a.size());
+    HostTensor ta({n}, dtype), tb({n}, dtype), y({n}, dtype);
+    for (int64_t i = 0; i < n; ++i) {
+      ta.set(i, a[i]);
+      tb.set(i, b[i]);
+    }
+    for (BinaryKind kind : {BinaryKind::Eq, BinaryKind::Ne, BinaryKind::Lt, BinaryKind::Le, BinaryKind::Gt,
+                            BinaryKind::Ge}) {
+      cpu().binary(kind, ta.ref(), tb.ref(), y.ref());
+      std::vector<double> ref(a.size());
+      for (size_t i = 0; i < a.size(); ++i) ref[i] = binary_ref(kind, a[i], b[i]);
+      expect_close(ref, y, Tolerance{0.0, 0.0});
     }
   }
 }
@@ -167,6 +200,9 @@ const UnaryCase kUnaryCases[] = {
     {"pow 2", UnaryKind::Pow, 2.0, 0, -3, 3},      {"pow 3", UnaryKind::Pow, 3.0, 0, -2, 2},
     {"pow 0.5", UnaryKind::Pow, 0.5, 0, 0.01, 4},  {"pow -1.5", UnaryKind::Pow, -1.5, 0, 0.2, 4},
     {"affine", UnaryKind::Affine, -1.5, 0.25, -3, 3},
+    {"clamp", UnaryKind::Clamp, -0.5, 1.25, -3, 3},
+    {"clamp min only", UnaryKind::Clamp, 0.5, INFINITY, -3, 3},
+    {"clamp min > max gives max", UnaryKind::Clamp, 1.0, -1.0, -3, 3},
 };
 
 double unary_ref(const UnaryCase& c, double x) {
@@ -179,6 +215,7 @@ double unary_ref(const UnaryCase& c, double x) {
     case UnaryKind::Gelu: return gelu_ref(x);
     case UnaryKind::Pow: return std::pow(x, c.alpha);
     case UnaryKind::Affine: return c.alpha * x + c.beta;
+    case UnaryKind::Clamp: return std::min(std::max(x, c.alpha), c.beta);
   }
   return 0.0;
 }
@@ -219,6 +256,8 @@ TEST(CpuUnary, SpecialValues) {
     expect_close({nan, inf, 0.0, 1.0, std::exp(-1.0)}, y, tolerance(dtype));
     cpu().unary(UnaryKind::Log, x.ref(), y.ref());
     expect_close({nan, inf, nan, -inf, nan}, y, tolerance(dtype));
+    cpu().unary(UnaryKind::Clamp, x.ref(), y.ref(), -0.5, 2.0);
+    expect_close({nan, 2.0, -0.5, 0.0, -0.5}, y, tolerance(dtype));
   }
   HostTensor a({3}, DType::F32), b({4}, DType::F32), c({3}, DType::F16);
   EXPECT_THROW(cpu().unary(UnaryKind::Neg, a.ref(), b.ref()), demi::Error);

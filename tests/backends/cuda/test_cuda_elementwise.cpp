@@ -3,6 +3,7 @@
 // CUDA request gets on a machine without a device. Plain C++: it sees the backend only via kernels.h.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -146,6 +147,8 @@ TEST(CudaElementwise, UnaryMatchesReferenceAndCpu) {
       {"pow 2", UnaryKind::Pow, 2, 0, [](double x) { return x * x; }, false},
       {"pow 1.5", UnaryKind::Pow, 1.5, 0, [](double x) { return std::pow(x, 1.5); }, true},
       {"affine", UnaryKind::Affine, -2, 0.5, [](double x) { return -2 * x + 0.5; }, false},
+      {"clamp", UnaryKind::Clamp, -1, 1.5, [](double x) { return std::min(std::max(x, -1.0), 1.5); }, false},
+      {"clamp min > max", UnaryKind::Clamp, 1, -1, [](double x) { return std::min(std::max(x, 1.0), -1.0); }, false},
   };
   for (const UnaryCase& c : cases) {
     for (const DType dtype : kFloatDTypes) {
@@ -236,6 +239,12 @@ TEST(CudaElementwise, BinaryBroadcastsMatchReferenceAndCpu) {
       {"div", BinaryKind::Div, [](double a, double b) { return a / b; }},
       {"relu_backward", BinaryKind::ReluBackward, [](double a, double b) { return b > 0 ? a : 0.0; }},
       {"gelu_backward", BinaryKind::GeluBackward, gelu_backward},
+      {"eq", BinaryKind::Eq, [](double a, double b) { return a == b ? 1.0 : 0.0; }},
+      {"ne", BinaryKind::Ne, [](double a, double b) { return a != b ? 1.0 : 0.0; }},
+      {"lt", BinaryKind::Lt, [](double a, double b) { return a < b ? 1.0 : 0.0; }},
+      {"le", BinaryKind::Le, [](double a, double b) { return a <= b ? 1.0 : 0.0; }},
+      {"gt", BinaryKind::Gt, [](double a, double b) { return a > b ? 1.0 : 0.0; }},
+      {"ge", BinaryKind::Ge, [](double a, double b) { return a >= b ? 1.0 : 0.0; }},
   };
   for (const BroadcastCase& c : shapes) {
     for (const Op& op : ops) {

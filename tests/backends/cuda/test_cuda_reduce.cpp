@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -208,6 +209,61 @@ TEST(CudaReduce, MaxPropagatesNaNAndKeepsInfinities) {
     const std::vector<double> got = run_gpu(ReduceKind::Max, encode(run, DType::F32), {100003}, DType::F32, {1}, DType::F32);
     if (std::isnan(special)) EXPECT_TRUE(std::isnan(got[0])) << got[0];
     else EXPECT_EQ(got[0], inf);
+  }
+}
+
+// argmax over the middle dim of [O, R, I]: the first maximum, NaN the maximum, as the CPU.
+TEST(CudaReduce, ArgmaxMatchesTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<Shape> shapes = {{1, 10, 1}, {3, 7, 5}, {64, 10, 1}, {2, 1, 9}, {1, 100003, 1}};
+  for (const Shape& shape : shapes) {
+    for (const DType dtype : kFloatDTypes) {
+      std::ostringstream name;
+      name << "argmax " << shape << " " << dtype;
+      SCOPED_TRACE(name.str());
+      std::vector<double> values = uniform(static_cast<size_t>(shape_numel(shape)), -2.0, 2.0, 3);
+      if (values.size() > 20) {
+        values[4] = values[9] = 5.0;  // a tie: the first wins
+        values[17] = nan;
+      }
+      const std::vector<uint8_t> x = encode(values, dtype);
+      const Shape y_shape = {shape[0], 1, shape[2]};
+      const Buffer dx(gpu(), x);
+      Buffer dy(gpu(), static_cast<size_t>(shape_numel(y_shape)) * sizeof(int64_t));
+      gpu().argmax(dx.ref(shape, dtype), dy.ref(y_shape, DType::I64));
+      std::vector<int64_t> on_cpu(static_cast<size_t>(shape_numel(y_shape)));
+      cpu().argmax(TensorRef{const_cast<uint8_t*>(x.data()), shape, dtype}, TensorRef{on_cpu.data(), y_shape, DType::I64});
+      const std::vector<uint8_t> got = dy.read();
+      EXPECT_EQ(std::memcmp(got.data(), on_cpu.data(), got.size()), 0);
+    }
+  }
+}
+
+// permute of every element width, against the CPU's.
+TEST(CudaReduce, PermuteMatchesTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  struct Case {
+    Shape x;
+    std::vector<int64_t> dims;
+  };
+  const std::vector<Case> cases = {{{3, 5}, {1, 0}}, {{2, 3, 4, 5}, {0, 3, 2, 1}}, {{7}, {0}}, {{64, 33, 2}, {2, 0, 1}}};
+  for (const Case& c : cases) {
+    for (const DType dtype : {DType::U8, DType::F16, DType::F32, DType::F64}) {
+      SCOPED_TRACE(dtype_name(dtype));
+      Shape y_shape;
+      for (int64_t d : c.dims) y_shape.push_back(c.x[static_cast<size_t>(d)]);
+      std::vector<double> values(static_cast<size_t>(shape_numel(c.x)));
+      for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i % 251);
+      const std::vector<uint8_t> x = encode(values, dtype);
+      const Buffer dx(gpu(), x);
+      Buffer dy(gpu(), x.size());
+      gpu().permute(dx.ref(c.x, dtype), dy.ref(y_shape, dtype), c.dims);
+      std::vector<uint8_t> on_cpu(x.size());
+      cpu().permute(TensorRef{const_cast<uint8_t*>(x.data()), c.x, dtype}, TensorRef{on_cpu.data(), y_shape, dtype},
+                    c.dims);
+      EXPECT_EQ(dy.read(), on_cpu);
+    }
   }
 }
 
