@@ -4,12 +4,12 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "train/safetensors.h"
+#include "framework/serialize/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     size_t total = 0;
-    for (const auto& [name, t] : demi::train::parse_safetensors(data, size, "fuzz input")) {
+    for (const auto& [name, t] : demi::parse_safetensors(data, size, "fuzz input")) {
       total += t.nbytes();
       volatile uint8_t sink = 0;  // reads every byte, so ASan checks the whole copy
       const auto* p = static_cast<const uint8_t*>(t.data_ptr());

@@ -16,7 +16,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/warning.h"
-#include "train/safetensors.h"
+#include "framework/serialize/safetensors.h"
 
 namespace demi::train {
 namespace {

@@ -14,13 +14,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "framework/tensor/state_dict.h"
 #include "framework/tensor/tensor.h"
 
 namespace demi::train {
 
 struct Checkpoint {
-  std::map<std::string, Tensor> model;      // model.state_dict()
-  std::map<std::string, Tensor> optimizer;  // optimizer.state_dict()
+  StateDict model;      // model.state_dict()
+  StateDict optimizer;  // optimizer.state_dict()
   nlohmann::json state;                     // epochs, step, scaler, RNG, ... (an object)
   std::string dir;                          // the step directory it was read from
 };

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
-#include "train/safetensors.h"
+#include "framework/serialize/safetensors.h"
 
 namespace demi::train {
 namespace {

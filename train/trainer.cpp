@@ -26,7 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/recipe.h"
 #include "train/report.h"
-#include "train/safetensors.h"
+#include "framework/serialize/safetensors.h"
 
 namespace demi::train {
 
@@ -353,7 +353,7 @@ double run_training(const TrainerConfig& c) {
                state.at("precision").get<std::string>(), " (recipe ", recipe, ") but this run is ", c.model, "/",
                c.precision, " (recipe ", c.recipe, "); pass the same --model, --precision and --recipe");
     model->load_state_dict(checkpoint.model);
-    std::map<std::string, Tensor> optimizer_state, lookahead_state;
+    StateDict optimizer_state, lookahead_state;
     for (const auto& [key, value] : checkpoint.optimizer) {
       if (key.rfind(kLookaheadPrefix, 0) == 0) lookahead_state[key.substr(sizeof(kLookaheadPrefix) - 1)] = value;
       else optimizer_state[key] = value;
@@ -380,7 +380,7 @@ double run_training(const TrainerConfig& c) {
                   {"batches_done_in_epoch", batches_done_in_epoch}, {"best_accuracy", best_accuracy},
                   {"seed", c.seed}, {"scaler", scaler.state_dict()},
                   {"lr", opt->lr(0)}};
-    std::map<std::string, Tensor> optimizer_state = opt->state_dict();
+    StateDict optimizer_state = opt->state_dict();
     if (lookahead) {
       for (const auto& [key, value] : lookahead->state_dict()) optimizer_state[kLookaheadPrefix + key] = value;
     }

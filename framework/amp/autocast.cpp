@@ -2,6 +2,7 @@
 // from the op table.
 #include "framework/amp/autocast.h"
 
+#include <algorithm>
 #include <sstream>
 #include <unordered_map>
 
@@ -82,8 +83,11 @@ SuspendGuard::~SuspendGuard() { --state.suspended; }
 
 bool autocast_target(Category category, const std::vector<const Tensor*>& inputs, DType* target) {
   if (category == Category::Unchanged) return false;
+  // Promote: the result type over the eligible inputs, where 0-d tensors count only when every
+  // eligible input is 0-d (PyTorch's rule for scalars).
   bool found = false;
   DType widest = DType::F16;
+  int64_t widest_rank = 0;
   for (const Tensor* t : inputs) {
     if (!t->defined() || !is_floating(t->dtype()) || t->dtype() == DType::F64) continue;
     const Device::Kind kind = t->device().kind();
@@ -92,7 +96,8 @@ bool autocast_target(Category category, const std::vector<const Tensor*>& inputs
       case Category::LowerPrecision: *target = state.dtype[slot(kind)]; return true;
       case Category::Fp32: *target = DType::F32; return true;
       case Category::Promote:
-        widest = found ? promote_types(widest, t->dtype()) : t->dtype();
+        widest = found ? result_type(widest, widest_rank, t->dtype(), t->dim()) : t->dtype();
+        widest_rank = std::max(widest_rank, t->dim());
         found = true;
         break;
       case Category::Unchanged: return false;

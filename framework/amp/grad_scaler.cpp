@@ -54,7 +54,8 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   state.found_inf = zeros({}, DType::F32, scale_.device());
   state.unscaled.clear();
   backend::UnscaleArgs args;
-  for (const optim::Optimizer::GradientTarget& t : opt.unscale_targets()) {
+  const std::vector<optim::Optimizer::GradientTarget> targets = opt.unscale_targets();
+  for (const optim::Optimizer::GradientTarget& t : targets) {
     DEMI_CHECK(t.grad.device() == scale_.device(), "GradScaler::unscale_: a gradient is on ", t.grad.device(),
                " but the scaler's state is on ", scale_.device());
     args.in.push_back(t.grad.ref());
@@ -64,6 +65,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   args.inv_scale = inv_scale.ref();
   args.found_inf = state.found_inf.ref();
   kernels(scale_).unscale_check_finite(args);
+  opt.adopt_unscaled(targets);  // p.grad() is now the true gradient the step will read
   // One rank's inf must stop every rank's step: otherwise the replicas silently diverge.
   if (options_.process_group && options_.process_group->size() > 1) {
     options_.process_group->all_reduce(state.found_inf, dist::ReduceOp::Max);

@@ -63,6 +63,10 @@ TensorList AccumulateGrad::apply(const Tensor& grad_output) {
     grad = grad_output.impl()->storage.use_count() == 1 ? grad_output.detach() : grad_output.clone();
     grad.set_memory_category(MemoryCategory::Gradients);
   } else {
+    DEMI_CHECK(grad.dtype() == grad_output.dtype(), "backward(): cannot add a ", grad_output.dtype(),
+               " gradient into a ", leaf->dtype, " tensor's existing ", grad.dtype(), " .grad. After "
+               "GradScaler::unscale_, a half parameter with an fp32 master holds its fp32 true gradient in "
+               ".grad: run every backward() of a step before unscale_, and zero_grad() before the next step");
     kernels(grad).binary(backend::BinaryKind::Add, grad.ref(), grad_output.ref(), grad.ref());
   }
   if (!leaf->post_accumulate_grad_hooks.empty()) {

@@ -62,6 +62,7 @@ OpContext::OpContext(OpContext&& other) noexcept
       recording_(other.recording_),
       released_(other.released_),
       saved_(std::move(other.saved_)),
+      saved_versions_(std::move(other.saved_versions_)),
       counted_(std::move(other.counted_)),
       attrs_(std::move(other.attrs_)) {
   other.saved_.clear();
@@ -73,6 +74,7 @@ void OpContext::save(const Tensor& t) {
   if (!recording_) return;
   // Detached: an op that saves its own output must not keep its own node alive through it.
   saved_.push_back(t.defined() ? t.detach() : t);
+  saved_versions_.push_back(t.defined() ? t.impl()->storage->version() : 0);
   // Parameters (leaves that require grad) live anyway; what the graph adds is everything else.
   if (t.defined() && !(t.is_leaf() && t.requires_grad())) {
     hold(t.impl()->storage.get());
@@ -84,13 +86,19 @@ const Tensor& OpContext::saved(size_t i) const {
   DEMI_CHECK(!released_, op_name_, ": its saved tensors were freed by an earlier backward(); run "
              "the forward pass again before calling backward() a second time");
   DEMI_INTERNAL_CHECK(i < saved_.size(), op_name_, " asked for saved tensor ", i, " of ", saved_.size());
-  return saved_[i];
+  const Tensor& t = saved_[i];
+  DEMI_CHECK(!t.defined() || t.impl()->storage->version() == saved_versions_[i], op_name_, ": a tensor it saved "
+             "for backward (shape ", t.shape(), ", ", t.dtype(), ") was modified in place after the forward pass "
+             "(add_, copy_, fill_ ...), so its gradient would be wrong; use the out-of-place op, or make the change "
+             "before the forward pass");
+  return t;
 }
 
 void OpContext::release() {
   if (released_) return;
   released_ = true;
   saved_.clear();
+  saved_versions_.clear();
   for (const auto& storage : counted_) drop(storage.get());
   counted_.clear();
 }

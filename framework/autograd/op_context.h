@@ -39,6 +39,7 @@ class OpContext {
   bool recording_;
   bool released_ = false;
   std::vector<Tensor> saved_;
+  std::vector<uint64_t> saved_versions_;  // each saved storage's version when saved
   std::vector<std::shared_ptr<Storage>> counted_;  // storages this context added to the saved-bytes count
   std::any attrs_;
 };

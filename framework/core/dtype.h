@@ -52,6 +52,17 @@ inline DType promote_types(DType a, DType b) {
   return DType::I64;
 }
 
+// PyTorch's result type of two tensors of ranks rank_a and rank_b: a floating operand beats an
+// integer one (a uint8 mask times an fp16 tensor is fp16); between floating ones a 0-d tensor counts
+// like a Python scalar, so it does not widen a tensor with dimensions (bf16 [N] * fp32 0-d is bf16),
+// and two of the same kind (both 0-d, or both not) promote as promote_types.
+inline DType result_type(DType a, int64_t rank_a, DType b, int64_t rank_b) {
+  if (is_floating(a) != is_floating(b)) return is_floating(a) ? a : b;
+  if (rank_a == 0 && rank_b > 0) return b;
+  if (rank_b == 0 && rank_a > 0) return a;
+  return promote_types(a, b);
+}
+
 inline std::ostream& operator<<(std::ostream& out, DType t) { return out << dtype_name(t); }
 
 // C++ scalar type -> DType, for item<T>(), to_vector<T>() and the kernels' dispatch.

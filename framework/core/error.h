@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -34,13 +35,22 @@ void append(std::ostringstream& out, const T& first, const Rest&... rest) {
   append(out, rest...);
 }
 
+// `file` relative to demi's tree. The library is built with -fmacro-prefix-map (framework/ops/
+// conv2d.cpp); a check inlined from an installed header into a user's program expands __FILE__ as
+// <prefix>/include/demi/framework/...: that is cut to the same form.
+inline const char* source_location(const char* file) {
+  constexpr char kInstalled[] = "/include/demi/";
+  const char* at = std::strstr(file, kInstalled);
+  return at ? at + sizeof(kInstalled) - 1 : file;
+}
+
 // Concatenates the message parts with operator<< and appends " (file:line)".
 template <typename... Parts>
 [[noreturn]] void throw_error(const char* file, int line, const char* prefix, const Parts&... parts) {
   std::ostringstream out;
   out << prefix;
   append(out, parts...);
-  out << " (" << file << ":" << line << ")";
+  out << " (" << source_location(file) << ":" << line << ")";
   throw Error(out.str());
 }
 }  // namespace detail

@@ -20,6 +20,7 @@
 #include "framework/nn/activation.h"
 #include "framework/nn/batch_norm2d.h"
 #include "framework/nn/clip_grad.h"
+#include "framework/nn/functional.h"
 #include "framework/nn/conv2d.h"
 #include "framework/nn/init.h"
 #include "framework/nn/linear.h"
@@ -33,9 +34,12 @@
 #include "framework/optim/muon.h"
 #include "framework/optim/optimizer.h"
 #include "framework/optim/sgd.h"
+#include "framework/serialize/safetensors.h"
+#include "framework/serialize/save.h"
 #include "framework/tensor/allocator.h"
 #include "framework/tensor/factories.h"
 #include "framework/tensor/generator.h"
+#include "framework/tensor/state_dict.h"
 #include "framework/tensor/tensor.h"
 
 namespace demi {

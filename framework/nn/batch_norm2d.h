@@ -16,6 +16,8 @@ class BatchNorm2d : public Module {
     bool track_running_stats = true;
   };
   explicit BatchNorm2d(const Options& options);
+  // libtorch's short form: BatchNorm2d(num_features).
+  explicit BatchNorm2d(int64_t num_features) : BatchNorm2d(Options{num_features}) {}
   Tensor forward(const Tensor& x) override;
   // Parameters and buffers stay fp32 for half dtypes (float64 follows, for gradcheck).
   Module& to(DType dtype) override;

@@ -17,6 +17,10 @@ class Conv2d : public Module {
     bool bias = true;
   };
   explicit Conv2d(const Options& options, Generator& gen = default_generator());
+  // libtorch's short form: Conv2d(in_channels, out_channels, kernel_size), stride 1, no padding,
+  // with a bias.
+  explicit Conv2d(int64_t in_channels, int64_t out_channels, int kernel_size, Generator& gen = default_generator())
+      : Conv2d(Options{in_channels, out_channels, kernel_size}, gen) {}
   Tensor forward(const Tensor& x) override;
 
   const Options& options() const { return options_; }

@@ -14,6 +14,9 @@ class Linear : public Module {
     bool bias = true;
   };
   explicit Linear(const Options& options, Generator& gen = default_generator());
+  // libtorch's short form: Linear(in_features, out_features), with a bias.
+  explicit Linear(int64_t in_features, int64_t out_features, Generator& gen = default_generator())
+      : Linear(Options{in_features, out_features}, gen) {}
   Tensor forward(const Tensor& x) override;
 
   const Options& options() const { return options_; }

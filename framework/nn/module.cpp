@@ -46,7 +46,7 @@ Module& Module::train(bool on) {
   return *this;
 }
 
-void Module::assign_(Tensor& slot, const Tensor& value) {
+void Module::assign_(const Tensor& slot, const Tensor& value) {
   // Swap storage, shape and dtype under the same TensorImpl so that every holder of this tensor
   // (an optimizer, a user's handle) sees the new value.
   TensorImpl& impl = slot.impl_ref();
@@ -85,21 +85,30 @@ Module& Module::to(const Device& device) {
   return *this;
 }
 
-std::map<std::string, Tensor> Module::state_dict() const {
-  std::map<std::string, Tensor> out;
-  for (auto& [name, t] : named_parameters()) out.emplace(name, t);
-  for (auto& [name, t] : named_buffers()) out.emplace(name, t);
+void Module::collect_state(const std::string& prefix, StateDict& out) const {
+  for (const auto& [name, t] : params_) {
+    if (t.defined()) out.emplace(prefix + name, t);
+  }
+  for (const auto& [name, t] : buffers_) {
+    if (t.defined()) out.emplace(prefix + name, t);
+  }
+  for (const auto& [name, child] : children_) child->collect_state(prefix + name + ".", out);
+}
+
+StateDict Module::state_dict() const {
+  StateDict out;
+  collect_state("", out);
   return out;
 }
 
-void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
-  std::map<std::string, Tensor> own = state_dict();
+void Module::load_state_dict(const StateDict& state) {
+  const StateDict own = state_dict();
   for (const auto& [name, t] : state) {
     DEMI_CHECK(own.count(name), "load_state_dict: unexpected key '", name, "' (the module has no such "
                "parameter or buffer)");
   }
   NoGradGuard no_grad;
-  for (auto& [name, slot] : own) {
+  for (const auto& [name, slot] : own) {
     auto it = state.find(name);
     DEMI_CHECK(it != state.end(), "load_state_dict: missing key '", name, "' of shape ", slot.shape());
     DEMI_CHECK(it->second.shape() == slot.shape(), "load_state_dict: '", name, "' has shape ", it->second.shape(),

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/tensor/state_dict.h"
 #include "framework/tensor/tensor.h"
 
 namespace demi::nn {
@@ -39,10 +40,11 @@ class Module {
   virtual Module& to(DType dtype);
   Module& to(const Device& device);
 
-  // Parameters and buffers by dotted name (values shared, not copied).
-  std::map<std::string, Tensor> state_dict() const;
+  // Parameters and buffers by dotted name (values shared, not copied), in PyTorch's order: each
+  // module's parameters, then its buffers, then its children's, in registration order.
+  StateDict state_dict() const;
   // Copies values in; every key must match in shape, and none may be missing or unexpected.
-  void load_state_dict(const std::map<std::string, Tensor>& state);
+  void load_state_dict(const StateDict& state);
 
   // Calls fn(module) on this module and all descendants.
   template <typename Fn> void apply(Fn&& fn) {
@@ -58,7 +60,7 @@ class Module {
     return m;
   }
   // Replaces a tensor's contents in place (keeping identity): used by to() and load_state_dict.
-  static void assign_(Tensor& slot, const Tensor& value);
+  static void assign_(const Tensor& slot, const Tensor& value);
 
   // deques: layers keep references (Conv2d::weight) to their entries, which push_back must not move.
   std::deque<std::pair<std::string, Tensor>> params_;
@@ -68,6 +70,7 @@ class Module {
 
  private:
   void collect(const std::string& prefix, bool buffers, std::vector<std::pair<std::string, Tensor>>& out) const;
+  void collect_state(const std::string& prefix, StateDict& out) const;
 };
 
 }  // namespace demi::nn

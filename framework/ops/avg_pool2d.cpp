@@ -38,8 +38,12 @@ Tensor avg_pool2d(const Tensor& x, int kernel_size, int stride, int padding) {
   const auto g = ops::PoolGeometry::make("avg_pool2d", x, kernel_size, kernel_size, stride, padding);
   return ops::apply<ops::AvgPool2d>(x, g);
 }
+// One window over the whole plane: avg_pool2d's op, so the result keeps the input's dtype under
+// autocast (pooling is Unchanged), where mean's Fp32 rule would widen it.
 Tensor global_avg_pool2d(const Tensor& x) {
   ops::check_dim("global_avg_pool2d", "input", x, 4, "[N, C, H, W]");
-  return mean(x, {2, 3}, true);
+  const auto g = ops::PoolGeometry::make("global_avg_pool2d", x, static_cast<int>(x.size(2)),
+                                         static_cast<int>(x.size(3)), 1, 0);
+  return ops::apply<ops::AvgPool2d>(x, g);
 }
 }  // namespace demi

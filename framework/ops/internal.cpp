@@ -55,10 +55,12 @@ void check_dim(const char* op, const char* what, const Tensor& t, int64_t dim, c
 namespace demi::ops {
 
 Tensor binary_kernel(const char* op, backend::BinaryKind kind, const Tensor& a, const Tensor& b) {
-  check_floating(op, "first operand", a);
-  check_floating(op, "second operand", b);
+  // One integer operand (a mask) joins a floating one, as in PyTorch; arithmetic on two integer
+  // tensors is not demi's business.
+  DEMI_CHECK(is_floating(a.dtype()) || is_floating(b.dtype()), op, ": both operands are integer tensors (",
+             a.dtype(), " and ", b.dtype(), "); arithmetic needs a floating operand: convert one with .to(DType::F32)");
   check_same_device(op, a, b);
-  const DType dtype = promote_types(a.dtype(), b.dtype());
+  const DType dtype = result_type(a.dtype(), a.dim(), b.dtype(), b.dim());
   const Tensor ca = a.to(dtype), cb = b.to(dtype);
   Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), op), dtype, a.device());
   kernels(out).binary(kind, ca.ref(), cb.ref(), out.ref());

@@ -33,15 +33,26 @@ class OpNode final : public autograd::Node {
 
 namespace detail {
 template <typename T> constexpr bool is_tensor_v = std::is_same_v<std::decay_t<T>, Tensor>;
+// A list argument (cat's inputs): each element is a tensor input of the op, in order.
+template <typename T> constexpr bool is_tensor_list_v = std::is_same_v<std::decay_t<T>, std::vector<Tensor>>;
 
 template <typename Arg> void collect_tensor(std::vector<const Tensor*>& out, const Arg& arg) {
-  if constexpr (is_tensor_v<Arg>) out.push_back(&arg);
+  if constexpr (is_tensor_v<Arg>) {
+    out.push_back(&arg);
+  } else if constexpr (is_tensor_list_v<Arg>) {
+    for (const Tensor& t : arg) out.push_back(&t);
+  }
 }
 
-// Under autocast: a tensor argument cast to the op's target dtype; anything else passed through.
+// Under autocast: a tensor argument (or each tensor of a list) cast to the op's target dtype;
+// anything else passed through.
 template <typename Arg> decltype(auto) autocast_arg(const Arg& arg, DType target) {
   if constexpr (is_tensor_v<Arg>) {
     return amp::detail::autocast_input(arg, target);
+  } else if constexpr (is_tensor_list_v<Arg>) {
+    std::vector<Tensor> cast;
+    for (const Tensor& t : arg) cast.push_back(amp::detail::autocast_input(t, target));
+    return cast;
   } else {
     return (arg);
   }

@@ -2,6 +2,7 @@
 // the file of its op (framework/ops/<name>.cpp), recorded by autograd when an input requires grad.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "framework/tensor/tensor.h"
@@ -31,16 +32,56 @@ Tensor operator*(double s, const Tensor& x);
 Tensor operator/(const Tensor& x, double s);
 Tensor operator/(double s, const Tensor& x);
 
+// Comparisons, element-wise with broadcasting: a uint8 mask of 0 and 1 (PyTorch returns bool; demi
+// has no bool dtype). A uint8 mask multiplies a floating tensor directly (x * (x > 0)) and sums to
+// int64. Not differentiable.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, double b);
+Tensor operator!=(const Tensor& a, double b);
+Tensor operator<(const Tensor& a, double b);
+Tensor operator<=(const Tensor& a, double b);
+Tensor operator>(const Tensor& a, double b);
+Tensor operator>=(const Tensor& a, double b);
+
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // erf form, PyTorch's default approximate='none'
+// min(max(x, min), max); at least one bound. The gradient passes where min <= x <= max.
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
 
 // Reductions over `dims` (negative counts from the end); all dims when `dims` is empty.
 Tensor sum(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
+// Index (int64) of the first maximum along dim, or of the flattened tensor when dim is absent (a 0-d
+// result). NaN counts as the maximum. Not differentiable.
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+
+// Layout. transpose swaps two dims into a new tensor (a copy: demi tensors are contiguous);
+// select(x, 0, i) is row i of dim 0 as a view sharing x's storage (x[i]); cat joins tensors along
+// dim (floating inputs promote to the widest).
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 
 // Matrix products: [M, K] @ [K, N], or batched [B, M, K] @ [B, K, N] / [K, N].
 Tensor matmul(const Tensor& a, const Tensor& b);

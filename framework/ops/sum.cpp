@@ -27,6 +27,10 @@ DEMI_REGISTER_OP(Sum)
 
 namespace demi {
 Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  if (x.defined() && !is_floating(x.dtype())) {  // a mask or labels: int64, as PyTorch sums integers
+    NoGradGuard no_grad;  // exact in float64 below 2^53
+    return ops::apply<ops::Sum>(x.to(DType::F64), dims, keepdim).to(DType::I64);
+  }
   return ops::apply<ops::Sum>(x, dims, keepdim);
 }
 }  // namespace demi

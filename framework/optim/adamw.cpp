@@ -45,26 +45,15 @@ void AdamW::step() {
     args.step = s.step;
     kernels(slot.param).adamw_step(args);
   });
-  finish_step();
 }
 
-std::map<std::string, Tensor> AdamW::state_dict() const {
-  std::map<std::string, Tensor> out;
-  for (size_t g = 0; g < state_.size(); ++g) {
-    for (size_t i = 0; i < state_[g].size(); ++i) {
-      const State& s = state_[g][i];
-      if (!s.exp_avg.defined()) continue;
-      const std::string key = state_key(g, i);
-      out.emplace(key + "exp_avg", s.exp_avg);
-      out.emplace(key + "exp_avg_sq", s.exp_avg_sq);
-      out.emplace(key + "step", full({}, static_cast<double>(s.step), DType::I64));
-    }
-  }
-  save_masters(out);
-  return out;
+std::vector<std::pair<std::string, Tensor>> AdamW::slot_state(size_t g, size_t i) const {
+  const State& s = state_[g][i];
+  if (!s.exp_avg.defined()) return {};
+  return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}, {"step", full({}, static_cast<double>(s.step), DType::I64)}};
 }
 
-void AdamW::load_state_dict(const std::map<std::string, Tensor>& state) {
+void AdamW::load_state_dict(const StateDict& state) {
   size_t used = load_masters(state);
   for (size_t g = 0; g < slots_.size(); ++g) {
     for (size_t i = 0; i < slots_[g].size(); ++i) {

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "framework/optim/optimizer.h"
@@ -22,19 +23,28 @@ class AdamW : public Optimizer {
   };
 
   AdamW(const std::vector<Tensor>& params, const Options& options);
+  // libtorch's short form: AdamW(params, lr), every other option at its default.
+  // A template so that AdamW(params, {}) still means default Options, not lr = 0.
+  template <typename Lr, typename = std::enable_if_t<std::is_arithmetic_v<Lr>>>
+  AdamW(const std::vector<Tensor>& params, Lr lr) : AdamW(params, with_lr(static_cast<double>(lr))) {}
   void add_param_group(const std::vector<Tensor>& params, const Options& options);
   void step() override;
   double lr(size_t group) const override { return options_.at(group).lr; }
   void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
 
   std::vector<Options>& group_options() { return options_; }
-  // "<group>.<index>.exp_avg", ".exp_avg_sq", ".step" (a one-element int64 tensor) and, for
-  // half params, ".master".
-  std::map<std::string, Tensor> state_dict() const override;
   // Restores what state_dict() gave (same parameters in the same groups); unknown keys throw.
-  void load_state_dict(const std::map<std::string, Tensor>& state) override;
+  void load_state_dict(const StateDict& state) override;
 
  private:
+  static Options with_lr(double lr) {
+    Options o;
+    o.lr = lr;
+    return o;
+  }
+  // "exp_avg", "exp_avg_sq" and "step" (a 0-d int64 tensor) once the parameter has stepped.
+  std::vector<std::pair<std::string, Tensor>> slot_state(size_t group, size_t index) const override;
+
   struct State {
     Tensor exp_avg, exp_avg_sq;
     int64_t step = 0;

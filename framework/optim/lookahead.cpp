@@ -38,13 +38,13 @@ void Lookahead::update(double decay) {
   }
 }
 
-std::map<std::string, Tensor> Lookahead::state_dict() const {
-  std::map<std::string, Tensor> state;
+StateDict Lookahead::state_dict() const {
+  StateDict state;
   for (size_t i = 0; i < live_.size(); ++i) state[live_[i].first] = average_[i];
   return state;
 }
 
-void Lookahead::load_state_dict(const std::map<std::string, Tensor>& state) {
+void Lookahead::load_state_dict(const StateDict& state) {
   NoGradGuard no_grad;
   for (size_t i = 0; i < live_.size(); ++i) {
     const auto it = state.find(live_[i].first);

@@ -27,8 +27,8 @@ class Lookahead {
 
   // The averages by the module's dotted names (for checkpoints); load restores them (every name
   // must be present with the same shape).
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
 
  private:
   std::vector<std::pair<std::string, Tensor>> live_;

@@ -69,7 +69,6 @@ void Muon::step() {
     if (muon_[g]) muon_update(g, i, slot, grad);
     else sgd_update(g, i, slot, grad);
   });
-  finish_step();
 }
 
 void Muon::muon_update(size_t g, size_t i, const Slot& slot, const Tensor& grad) {

@@ -48,6 +48,10 @@ class Muon : public SGD {
   void add_param_group(const std::vector<Tensor>& params, const Options& options);
   // A group stepped by torch.optim.SGD's update (any shape).
   void add_sgd_group(const std::vector<Tensor>& params, const SGD::Options& options);
+  // The same, when called as SGD::add_param_group (through an SGD&).
+  void add_param_group(const std::vector<Tensor>& params, const SGD::Options& options) override {
+    add_sgd_group(params, options);
+  }
   void step() override;
 
   // Whether group g takes Muon updates (else SGD ones).

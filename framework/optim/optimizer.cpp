@@ -32,7 +32,6 @@ void Optimizer::zero_grad() {
   for (const auto& group : slots_) {
     for (const Slot& s : group) s.param.set_grad(Tensor());
   }
-  unscaled_into_masters_ = false;
 }
 
 std::vector<Tensor> Optimizer::parameters() const {
@@ -63,29 +62,38 @@ std::vector<Optimizer::GradientTarget> Optimizer::unscale_targets() {
           s.master_grad = empty(s.master.shape(), DType::F32, s.master.device());
           s.master_grad.set_memory_category(MemoryCategory::Gradients);
         }
-        out.push_back({g, s.master_grad});
+        out.push_back({s.param, g, s.master_grad});
       } else {
-        out.push_back({g, g});
+        out.push_back({s.param, g, g});
       }
     }
   }
-  unscaled_into_masters_ = true;
   return out;
+}
+
+void Optimizer::adopt_unscaled(const std::vector<GradientTarget>& targets) {
+  for (const GradientTarget& t : targets) {
+    if (!t.unscaled.is_same(t.grad)) t.param.set_grad(t.unscaled);
+  }
 }
 
 std::string Optimizer::state_key(size_t group, size_t index) {
   return std::to_string(group) + "." + std::to_string(index) + ".";
 }
 
-void Optimizer::save_masters(std::map<std::string, Tensor>& state) const {
+StateDict Optimizer::state_dict() const {
+  StateDict out;
   for (size_t g = 0; g < slots_.size(); ++g) {
     for (size_t i = 0; i < slots_[g].size(); ++i) {
-      if (slots_[g][i].master.defined()) state.emplace(state_key(g, i) + "master", slots_[g][i].master);
+      const std::string key = state_key(g, i);
+      for (const auto& [name, t] : slot_state(g, i)) out.emplace(key + name, t);
+      if (slots_[g][i].master.defined()) out.emplace(key + "master", slots_[g][i].master);
     }
   }
+  return out;
 }
 
-Tensor Optimizer::load_state_tensor(const std::map<std::string, Tensor>& state, const std::string& key,
+Tensor Optimizer::load_state_tensor(const StateDict& state, const std::string& key,
                                     const Slot& slot, DType dtype, const char* optimizer) const {
   auto it = state.find(key);
   if (it == state.end()) return Tensor();
@@ -96,7 +104,7 @@ Tensor Optimizer::load_state_tensor(const std::map<std::string, Tensor>& state, 
   return it->second.reshape(slot.param.shape()).to(dtype).to(slot.param.device()).clone();
 }
 
-size_t Optimizer::load_masters(const std::map<std::string, Tensor>& state) {
+size_t Optimizer::load_masters(const StateDict& state) {
   size_t used = 0;
   for (size_t g = 0; g < slots_.size(); ++g) {
     for (size_t i = 0; i < slots_[g].size(); ++i) {
@@ -114,8 +122,7 @@ size_t Optimizer::load_masters(const std::map<std::string, Tensor>& state) {
 
 Tensor Optimizer::step_gradient(const Slot& slot) const {
   const Tensor g = slot.param.grad();
-  if (!g.defined()) return g;
-  if (unscaled_into_masters_ && slot.master.defined()) return slot.master_grad;
+  if (!g.defined() || g.is_same(slot.master_grad)) return g;
   DEMI_CHECK(g.dtype() == slot.param.dtype(), "optimizer: the gradient is ", g.dtype(), " but its parameter is ",
              slot.param.dtype(), "; gradients must have their parameter's dtype");
   return g;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/tensor/state_dict.h"
 #include "framework/tensor/tensor.h"
 
 namespace demi::optim {
@@ -25,10 +26,11 @@ class Optimizer {
   void zero_grad();
   // Every parameter of every group, in order.
   std::vector<Tensor> parameters() const;
-  // The optimizer's state by parameter position ("<group>.<index>.<name>"), fp32 masters included;
-  // load_state_dict restores it into an optimizer over the same parameters (unknown keys throw).
-  virtual std::map<std::string, Tensor> state_dict() const = 0;
-  virtual void load_state_dict(const std::map<std::string, Tensor>& state) = 0;
+  // The optimizer's state by parameter position ("<group>.<index>.<name>"), in parameter order,
+  // each parameter's state (slot_state) then its fp32 master; load_state_dict restores it into an
+  // optimizer over the same parameters (unknown keys throw).
+  StateDict state_dict() const;
+  virtual void load_state_dict(const StateDict& state) = 0;
   // Learning rate of each param group (what schedulers drive).
   size_t num_groups() const { return slots_.size(); }
   virtual double lr(size_t group) const = 0;
@@ -40,10 +42,16 @@ class Optimizer {
   // master gradient of a half parameter with a master (so a true gradient of 1e-8 survives), else
   // the gradient itself (in place). The next step() reads those targets.
   struct GradientTarget {
+    Tensor param;
     Tensor grad;
     Tensor unscaled;
   };
   std::vector<GradientTarget> unscale_targets();
+  // After the unscale kernel has filled the targets: each parameter's .grad becomes its unscaled
+  // target, so that whatever reads p.grad() next (nn::clip_grad_norm_, a norm in telemetry, the
+  // step) sees and changes the true gradient the step uses, as after PyTorch's unscale_. For a half
+  // parameter with an fp32 master that is the fp32 master gradient: p.grad() is then fp32.
+  void adopt_unscaled(const std::vector<GradientTarget>& targets);
 
  protected:
   struct Slot {
@@ -53,7 +61,8 @@ class Optimizer {
   };
   // Registers a group's parameters (creating masters per policy); returns the group's index.
   size_t add_params(const std::vector<Tensor>& params, MasterWeights policy, const char* optimizer);
-  // The gradient step() should read for a slot (undefined: no gradient, skip the parameter).
+  // The gradient step() should read for a slot: p.grad(), which after GradScaler::unscale_ is the
+  // slot's fp32 master gradient for a half parameter with a master (undefined: skip the parameter).
   Tensor step_gradient(const Slot& slot) const;
   // Calls fn(group, index, slot, grad) for every parameter that has a gradient to step with.
   template <typename Fn> void for_each_gradient(Fn&& fn) const {
@@ -66,21 +75,17 @@ class Optimizer {
   }
   // The key prefix of slot i of group g in state dicts: "<g>.<i>.".
   static std::string state_key(size_t group, size_t index);
-  // Adds each master as "<g>.<i>.master"; loads them back (shape-checked). load returns how many
-  // keys of `state` it used, so callers can reject unexpected keys.
-  void save_masters(std::map<std::string, Tensor>& state) const;
-  size_t load_masters(const std::map<std::string, Tensor>& state);
+  // The named state tensors of slot i of group g (momentum_buffer; exp_avg, exp_avg_sq, step ...),
+  // without the master, which state_dict() adds; empty before the parameter's first step.
+  virtual std::vector<std::pair<std::string, Tensor>> slot_state(size_t group, size_t index) const = 0;
+  // Loads the masters ("<g>.<i>.master", shape-checked); returns how many keys of `state` it used,
+  // so callers can reject unexpected keys.
+  size_t load_masters(const StateDict& state);
   // Loads one state tensor of a slot: copies `key` from `state` into a new tensor shaped like the
   // parameter, in `dtype` on its device (undefined when the key is absent).
-  Tensor load_state_tensor(const std::map<std::string, Tensor>& state, const std::string& key, const Slot& slot,
+  Tensor load_state_tensor(const StateDict& state, const std::string& key, const Slot& slot,
                            DType dtype, const char* optimizer) const;
-  // Marks the end of a step: the next one reads gradients directly again.
-  void finish_step() { unscaled_into_masters_ = false; }
-
   std::vector<std::vector<Slot>> slots_;  // one list per param group
-
- private:
-  bool unscaled_into_masters_ = false;
 };
 
 }  // namespace demi::optim

@@ -22,7 +22,6 @@ void SGD::add_param_group(const std::vector<Tensor>& params, const Options& o) {
 void SGD::step() {
   NoGradGuard no_grad;
   for_each_gradient([&](size_t g, size_t i, const Slot& slot, const Tensor& grad) { sgd_update(g, i, slot, grad); });
-  finish_step();
 }
 
 Tensor& SGD::momentum_buffer(size_t g, size_t i, bool* created) {
@@ -55,20 +54,12 @@ void SGD::sgd_update(size_t g, size_t i, const Slot& slot, const Tensor& grad) {
   kernels(slot.param).sgd_step(args);
 }
 
-std::map<std::string, Tensor> SGD::state_dict() const {
-  std::map<std::string, Tensor> out;
-  for (size_t g = 0; g < momentum_.size(); ++g) {
-    for (size_t i = 0; i < momentum_[g].size(); ++i) {
-      if (momentum_[g][i].defined()) {
-        out.emplace(state_key(g, i) + "momentum_buffer", momentum_[g][i]);
-      }
-    }
-  }
-  save_masters(out);
-  return out;
+std::vector<std::pair<std::string, Tensor>> SGD::slot_state(size_t g, size_t i) const {
+  if (!momentum_[g][i].defined()) return {};
+  return {{"momentum_buffer", momentum_[g][i]}};
 }
 
-void SGD::load_state_dict(const std::map<std::string, Tensor>& state) {
+void SGD::load_state_dict(const StateDict& state) {
   size_t used = load_masters(state);
   for (size_t g = 0; g < slots_.size(); ++g) {
     for (size_t i = 0; i < slots_[g].size(); ++i) {

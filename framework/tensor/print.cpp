@@ -25,12 +25,13 @@ void print_values(std::ostream& out, const std::vector<double>& values, const Sh
   const int64_t n = shape[dim];
   out << "[";
   for (int64_t i = 0; i < n; ++i) {
+    const char* separator = dim + 1 == shape.size() ? ", " : ",\n ";
     if (summarise && n > 2 * kEdgeItems && i == kEdgeItems) {
-      out << "..., ";
+      out << separator << "...";  // the next element brings its own separator
       i = n - kEdgeItems - 1;
       continue;
     }
-    if (i) out << (dim + 1 == shape.size() ? ", " : ",\n ");
+    if (i) out << separator;
     print_values(out, values, shape, dim + 1, offset + i * stride, summarise, integral);
   }
   out << "]";

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <vector>
 
@@ -36,12 +37,17 @@ class Storage {
   // What this memory holds, for memory_report().
   MemoryCategory category() const { return category_; }
   void set_category(MemoryCategory category);
+  // Counts in-place writes through Tensor's in-place methods (add_, copy_, ...), so that backward
+  // can refuse a saved tensor that was modified after it was saved (PyTorch's version counter).
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
 
  private:
   Device device_;
   size_t nbytes_;
   void* data_;
   MemoryCategory category_ = MemoryCategory::Other;
+  uint64_t version_ = 0;
 };
 
 struct TensorImpl;
@@ -101,7 +107,9 @@ class Tensor {
   int register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
   void remove_post_accumulate_grad_hook(int handle) const;
 
-  // The single value of a one-element tensor, converted to T.
+  // The single value of a one-element tensor, converted to T; item() gives it as a double (what
+  // libtorch's Scalar holds for every floating and integer dtype demi has).
+  double item() const { return item<double>(); }
   template <typename T> T item() const {
     DEMI_CHECK(numel() == 1, "item(): tensor has ", numel(), " elements (shape ", shape(),
                "); only one-element tensors convert to a scalar; use to_vector<T>()");
@@ -114,6 +122,60 @@ class Tensor {
     return out;
   }
 
+  // --- libtorch's methods. Each calls the free function of the same name (framework/ops/ops.h) ---
+  Tensor sum(std::vector<int64_t> dims = {}, bool keepdim = false) const;
+  Tensor mean(std::vector<int64_t> dims = {}, bool keepdim = false) const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor pow(double exponent) const;
+  Tensor relu() const;
+  Tensor gelu() const;
+  Tensor neg() const;
+  Tensor clamp(std::optional<double> min, std::optional<double> max = std::nullopt) const;
+  Tensor softmax(int64_t dim = -1) const;
+  Tensor log_softmax(int64_t dim = -1) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  // transpose(0, 1) of a 2-D tensor; 0-d and 1-D tensors come back as they are (PyTorch's t()).
+  Tensor t() const;
+  // Row `index` of dim 0 (negative counts from the end), a view sharing this tensor's storage.
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor eq(const Tensor& other) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor le(const Tensor& other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor ge(const Tensor& other) const;
+
+  // In place, into this tensor's storage (its dtype and shape kept: the result of the out-of-place
+  // op must have this shape, and is rounded once into this dtype). Refused on a tensor that requires
+  // grad while grad mode is on, as PyTorch refuses it on leaves: use NoGradGuard (torch.no_grad()).
+  // Backward refuses a tensor saved for it that was changed in place afterwards.
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& add_(double value);
+  Tensor& sub_(const Tensor& other, double alpha = 1.0);
+  Tensor& sub_(double value);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double value);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(double value);
+  Tensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt);
+  // Copies src (broadcast to this shape, converted to this dtype, moved to this device).
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+  Tensor& operator+=(const Tensor& other) { return add_(other); }
+  Tensor& operator+=(double value) { return add_(value); }
+  Tensor& operator-=(const Tensor& other) { return sub_(other); }
+  Tensor& operator-=(double value) { return sub_(value); }
+  Tensor& operator*=(const Tensor& other) { return mul_(other); }
+  Tensor& operator*=(double value) { return mul_(value); }
+  Tensor& operator/=(const Tensor& other) { return div_(other); }
+  Tensor& operator/=(double value) { return div_(value); }
+
   // Tags this tensor's storage for memory_report() (parameters, gradients, optimizer state ...).
   void set_memory_category(MemoryCategory category) const;
 
@@ -124,6 +186,8 @@ class Tensor {
 
  private:
   void copy_to_host_as(DType dtype, void* out) const;
+  // The in-place methods' common end: checks, then writes `result` into this storage.
+  Tensor& assign_in_place(const char* op, const Tensor& result);
   std::shared_ptr<TensorImpl> impl_;
 };
 

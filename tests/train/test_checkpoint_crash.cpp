@@ -28,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-bool all_equal(const std::map<std::string, Tensor>& tensors, double value) {
+bool all_equal(const StateDict& tensors, double value) {
   for (const auto& [name, t] : tensors) {
     for (float v : t.to_vector<float>()) {
       if (v != static_cast<float>(value)) return false;

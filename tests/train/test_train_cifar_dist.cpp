@@ -15,7 +15,7 @@
 #include "support/real_data.h"
 #include "support/temp_dir.h"
 #include "support/trainer_run.h"
-#include "train/safetensors.h"
+#include "framework/serialize/safetensors.h"
 
 extern char** environ;
 
@@ -77,8 +77,8 @@ TEST(TrainCifarDataParallel, TwoProcessesTrainLikeOneAndResumeExactly) {
   args = train_args(resumed.path.string(), 1);
   args.insert(args.end(), {"--resume", resumed.path.string()});
   ASSERT_EQ(run(mpi(args)), 0);
-  const auto x = train::load_safetensors((two.path / "model.safetensors").string());
-  const auto y = train::load_safetensors((resumed.path / "model.safetensors").string());
+  const auto x = load_safetensors((two.path / "model.safetensors").string());
+  const auto y = load_safetensors((resumed.path / "model.safetensors").string());
   ASSERT_EQ(x.size(), y.size());
   for (const auto& [name, t] : x) EXPECT_EQ(t.to_vector<float>(), y.at(name).to_vector<float>()) << name;
 }

@@ -14,7 +14,7 @@
 #include "support/temp_dir.h"
 #include "support/trainer_run.h"
 #include "train/recipe.h"
-#include "train/safetensors.h"
+#include "framework/serialize/safetensors.h"
 #include "train/trainer.h"
 
 namespace demi {
@@ -60,7 +60,7 @@ TEST(TrainerData, OneEpochWritesMetricsSummaryAndACheckpointThatResumes) {
   EXPECT_NE(report.find("<svg"), std::string::npos);
   EXPECT_NE(report.find("fc.weight"), std::string::npos);  // a heat-map row per layer
   EXPECT_EQ(report.find("<script"), std::string::npos);    // self-contained: no scripts, no fetches
-  const auto weights = train::load_safetensors((out / "model.safetensors").string());
+  const auto weights = load_safetensors((out / "model.safetensors").string());
   EXPECT_EQ(weights.at("fc.weight").shape(), (Shape{10, 128}));
 
   // Resume for a second epoch: continues at step 10 (640 / 64 per epoch) and appends to the log.
@@ -87,8 +87,8 @@ void expect_stop_and_resume_reproduces(train::TrainerConfig c, const fs::path& a
   c.max_steps = 0;
   c.resume_dir = b.string();
   train::run_training(c);
-  const auto wa = train::load_safetensors((a / "model.safetensors").string());
-  const auto wb = train::load_safetensors((b / "model.safetensors").string());
+  const auto wa = load_safetensors((a / "model.safetensors").string());
+  const auto wb = load_safetensors((b / "model.safetensors").string());
   ASSERT_EQ(wa.size(), wb.size());
   for (const auto& [name, t] : wa) EXPECT_EQ(t.to_vector<float>(), wb.at(name).to_vector<float>()) << name;
 }
@@ -159,11 +159,11 @@ TEST(TrainerData, AirbenchMuonResumesExactlyAndFreezesTheWhiteningBiasAfterThree
   c.out_dir = tmp_c.path.string();
   c.max_steps = 6;
   train::run_training(c);
-  const auto after_three = train::load_safetensors((tmp_c.path / "model.safetensors").string());
+  const auto after_three = load_safetensors((tmp_c.path / "model.safetensors").string());
   c.max_steps = 0;
   c.resume_dir = c.out_dir;
   train::run_training(c);
-  const auto after_four = train::load_safetensors((tmp_c.path / "model.safetensors").string());
+  const auto after_four = load_safetensors((tmp_c.path / "model.safetensors").string());
   EXPECT_EQ(after_three.at("body.0.bias").to_vector<float>(), after_four.at("body.0.bias").to_vector<float>());
   EXPECT_NE(after_three.at("fc.weight").to_vector<float>(), after_four.at("fc.weight").to_vector<float>());
 }

@@ -16,7 +16,7 @@
 #include "support/real_data.h"
 #include "support/temp_dir.h"
 #include "support/trainer_run.h"
-#include "train/safetensors.h"
+#include "framework/serialize/safetensors.h"
 
 extern char** environ;
 
@@ -70,8 +70,8 @@ TEST(TrainerKill, KilledAndResumedRunsEndIdenticalToAnUninterruptedOne) {
   ASSERT_EQ(wait_exit_code(spawn(args)), 0);  // to the end
   EXPECT_GE(kills, 1);
 
-  const auto a = train::load_safetensors((whole.path / "model.safetensors").string());
-  const auto b = train::load_safetensors((killed.path / "model.safetensors").string());
+  const auto a = load_safetensors((whole.path / "model.safetensors").string());
+  const auto b = load_safetensors((killed.path / "model.safetensors").string());
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) EXPECT_EQ(t.to_vector<float>(), b.at(name).to_vector<float>()) << name;
 

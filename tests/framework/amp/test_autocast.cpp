@@ -48,6 +48,10 @@ std::map<std::string, std::function<Tensor()>> op_calls() {
       {"softmax", [=] { return softmax(v); }},
       {"log_softmax", [=] { return log_softmax(v); }},
       {"cross_entropy", [=] { return cross_entropy(v, labels); }},
+      {"transpose", [=] { return v.t(); }},
+      {"clamp", [=] { return clamp(v, 0.0, 1.0); }},
+      {"select", [=] { return v[1]; }},
+      {"cat", [=] { return cat({v, w}); }},
   };
 }
 
@@ -144,7 +148,7 @@ TEST(Autocast, NestedDisableAndRestore) {
 }
 
 TEST(Autocast, ParameterCastIsCachedForTheOutermostRegion) {
-  nn::Linear fc({4, 4});
+  nn::Linear fc(4, 4);
   const Tensor x = randn({2, 4});
   {
     AutocastGuard outer(Device::Kind::CPU, DType::F16);
@@ -167,7 +171,7 @@ TEST(Autocast, ParameterCastIsCachedForTheOutermostRegion) {
 }
 
 TEST(Autocast, Fp32LeavesGetFp32GradsAndActivationsAreSavedInHalf) {
-  nn::Linear fc({64, 32});
+  nn::Linear fc(64, 32);
   const Tensor x = randn({16, 64});
   const int64_t base = autograd::saved_tensor_stats().current_bytes;
   Tensor loss;

@@ -104,6 +104,81 @@ TEST(GradScaler, ClippingScaledGradientsShrinksTheUpdateByTheScale) {
   EXPECT_NEAR(wrong[0] / right[0], 1.0 / 65536, 1e-9);
 }
 
+// PyTorch's idiom: scaler.unscale_(opt); nn::clip_grad_norm_(params, max); scaler.step(opt). After
+// unscale_, p.grad() must be the true gradient that the step reads, for every parameter dtype, so
+// that clipping `params` returns the true norm and clips what the step uses.
+struct ClipCase {
+  DType dtype;
+  optim::MasterWeights masters;
+};
+
+TEST(GradScaler, ClippingParamsAfterUnscaleClipsWhatTheStepUses) {
+  const std::vector<ClipCase> cases = {{DType::F32, optim::MasterWeights::Fp32},
+                                       {DType::BF16, optim::MasterWeights::Fp32},
+                                       {DType::F16, optim::MasterWeights::Fp32},
+                                       {DType::BF16, optim::MasterWeights::None},
+                                       {DType::F16, optim::MasterWeights::None}};
+  for (const ClipCase& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.dtype)) +
+                 (c.masters == optim::MasterWeights::Fp32 ? " with fp32 masters" : " without masters"));
+    Tensor w = tensor({1.0f, 2.0f}, {2}).to(c.dtype).requires_grad_();
+    optim::SGD::Options o;
+    o.lr = 1.0;
+    o.master_weights = c.masters;
+    optim::SGD opt({w}, o);
+    GradScaler::Options so;
+    so.init_scale = 1024.0;  // scaled gradients [3072, 4096]: exact in both half formats
+    GradScaler scaler(so);
+    scaler.scale(sum(w * tensor({3.0f, 4.0f}, {2}).to(c.dtype))).backward();  // true gradient [3, 4]
+
+    scaler.unscale_(opt);
+    const bool has_master = is_half(c.dtype) && c.masters == optim::MasterWeights::Fp32;
+    // The step's gradient: fp32 for a parameter with a master, the parameter's dtype otherwise.
+    EXPECT_EQ(w.grad().dtype(), has_master ? DType::F32 : c.dtype);
+    EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{3.0f, 4.0f}));
+    const float norm = nn::clip_grad_norm_(opt.parameters(), 1.0).item<float>();
+    EXPECT_EQ(norm, 5.0f);  // the true norm, not 5 * 1024
+    EXPECT_TRUE(scaler.step(opt));
+    scaler.update();
+
+    // Clipped to norm 1: the step moves w by [0.6, 0.8], not by the unclipped [3, 4]. The clipped
+    // gradient is held in the step gradient's dtype (rounded there once), the new weight rounded once.
+    const Tensor clipped = (tensor({3.0f, 4.0f}, {2}) * (1.0 / (5.0 + 1e-6))).to(has_master ? DType::F32 : c.dtype);
+    const std::vector<float> expected = (tensor({1.0f, 2.0f}, {2}) - clipped.to(DType::F32)).to(c.dtype).to_vector<float>();
+    const std::vector<float> got = w.to_vector<float>();
+    const double tol = c.dtype == DType::F32 ? 1e-6 : 0.0;  // half: the same rounding of the same fp32 value
+    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got[i], expected[i], tol) << "element " << i;
+    if (has_master) {
+      const std::vector<float> master = opt.master_of(w).to_vector<float>();
+      EXPECT_NEAR(master[0], 0.4f, 1e-6);
+      EXPECT_NEAR(master[1], 1.2f, 1e-6);
+    }
+  }
+}
+
+TEST(GradScaler, UnscaleShowsAHalfParametersTinyTrueGradientInItsFp32Grad) {
+  // fp16 weights with fp32 masters: the true gradient 1e-8 is below fp16's smallest subnormal; it
+  // lives in the fp32 master gradient, which p.grad() shows after unscale_.
+  Tensor w = ones({4}, DType::F16).requires_grad_();
+  auto opt = sgd({w}, 0.0);
+  GradScaler scaler;
+  const Tensor loss = sum(w * 2e-8).to(DType::F32) * 0.5;
+  scaler.scale(loss).backward();
+  scaler.unscale_(opt);
+  ASSERT_EQ(w.grad().dtype(), DType::F32);
+  for (float g : w.grad().to_vector<float>()) EXPECT_NEAR(g, 1e-8f, 1e-3f * 1e-8f);
+}
+
+TEST(GradScaler, BackwardIntoAnUnscaledFp32GradIsAClearError) {
+  Tensor w = ones({2}, DType::BF16).requires_grad_();
+  auto opt = sgd({w}, 0.1);
+  GradScaler scaler;
+  scaler.scale(sum(w)).backward();
+  scaler.unscale_(opt);
+  EXPECT_THAT(error_of([&] { scaler.scale(sum(w)).backward(); }),
+              HasSubstr("run every backward() of a step before unscale_"));
+}
+
 TEST(GradScaler, SkippedStepLeavesWeightsAndMomentsBitIdentical) {
   Tensor w = tensor({0.5f, -1.5f}, {2}).requires_grad_();
   auto opt = sgd({w}, 0.1, 0.9);
@@ -135,7 +210,7 @@ TEST(GradScaler, AccumulationOverFourMicroBatchesEqualsOneBigBatch) {
   for (int i = 0; i < 16; ++i) labels.push_back(i % 3);
   const Tensor y = tensor(labels, {16});
   nn::Linear big({6, 3}, gen);
-  nn::Linear acc({6, 3});
+  nn::Linear acc(6, 3);
   acc.load_state_dict(big.state_dict());
 
   auto opt_big = sgd(big.parameters(), 0.5);

@@ -50,8 +50,8 @@ TEST(Module, NamedParametersBuffersAndCounts) {
 
 TEST(Module, DefaultInitialisationBoundsMatchPyTorch) {
   Generator gen(1);
-  nn::Conv2d conv({64, 32, 3});
-  nn::Linear fc({128, 10});
+  nn::Conv2d conv(64, 32, 3);
+  nn::Linear fc(128, 10);
   const double conv_bound = 1.0 / std::sqrt(64.0 * 9.0);
   for (float v : conv.weight.to_vector<float>()) EXPECT_LE(std::abs(v), conv_bound);
   for (float v : fc.bias.to_vector<float>()) EXPECT_LE(std::abs(v), 1.0 / std::sqrt(128.0));

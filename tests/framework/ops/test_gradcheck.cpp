@@ -17,7 +17,7 @@ namespace {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-enum class Domain { Any, Positive, AwayFromZero };
+enum class Domain { Any, Positive, AwayFromZero, AwayFromBounds };
 
 struct GradCase {
   std::string name;   // shown on failure
@@ -32,6 +32,15 @@ void PrintTo(const GradCase& c, std::ostream* out) { *out << c.name; }
 Tensor make_input(const Shape& shape, Domain domain, Generator& gen) {
   Tensor x = randn(shape, gen, DType::F64);
   if (domain == Domain::Positive) return exp(x * 0.3);  // in (0.3, 3) for 4 sigma
+  if (domain == Domain::AwayFromBounds) {  // clamp's kinks at -0.5, 0.2 and 0.7: keep 0.05 away
+    std::vector<double> v = x.to_vector<double>();
+    for (double& e : v) {
+      for (double bound : {-0.5, 0.2, 0.7}) {
+        if (std::fabs(e - bound) < 0.05) e = bound + (e < bound ? -0.05 : 0.05);
+      }
+    }
+    return tensor(v, shape, DType::F64);
+  }
   if (domain == Domain::AwayFromZero) {
     std::vector<double> v = x.to_vector<double>();
     for (double& e : v) e = e >= 0 ? e + 0.5 : e - 0.5;
@@ -101,7 +110,7 @@ std::vector<GradCase> cases() {
       {"global_max_pool2d", "max_pool2d", {{2, 3, 3, 3}}, [](auto& in) { return global_max_pool2d(in[0]); }},
       {"avg_pool2d_2", "avg_pool2d", {{2, 3, 4, 4}}, [](auto& in) { return avg_pool2d(in[0], 2); }},
       {"avg_pool2d_3_s1_p1", "avg_pool2d", {{1, 2, 4, 5}}, [](auto& in) { return avg_pool2d(in[0], 3, 1, 1); }},
-      {"global_avg_pool2d", "mean", {{2, 3, 4, 4}}, [](auto& in) { return global_avg_pool2d(in[0]); }},
+      {"global_avg_pool2d", "avg_pool2d", {{2, 3, 4, 4}}, [](auto& in) { return global_avg_pool2d(in[0]); }},
       {"batch_norm_train_4d", "batch_norm", {{4, 3, 2, 3}, {3}, {3}}, bn(true, true)},
       {"batch_norm_train_2d", "batch_norm", {{5, 4}, {4}, {4}}, bn(true, true)},
       {"batch_norm_train_no_affine", "batch_norm", {{3, 2, 2, 2}}, bn(true, false)},
@@ -113,6 +122,15 @@ std::vector<GradCase> cases() {
       {"cross_entropy_smoothing", "cross_entropy", {{4, 5}},
        [labels4](auto& in) { return cross_entropy(in[0], labels4, {0.2}); }},
       {"cross_entropy_batch_1", "cross_entropy", {{1, 10}}, [labels1](auto& in) { return cross_entropy(in[0], labels1); }},
+      {"transpose_2d", "transpose", {{3, 5}}, [](auto& in) { return in[0].t(); }},
+      {"transpose_middle_dims", "transpose", {{2, 3, 4, 5}}, [](auto& in) { return transpose(in[0], 1, -1); }},
+      {"clamp_both", "clamp", {{4, 6}}, [](auto& in) { return clamp(in[0], -0.5, 0.7); }, Domain::AwayFromBounds},
+      {"clamp_min_only", "clamp", {{3, 5}}, [](auto& in) { return in[0].clamp(0.2); }, Domain::AwayFromBounds},
+      {"select_row", "select", {{4, 3, 2}}, [](auto& in) { return in[0][2] * in[0][-1]; }},
+      {"cat_dim0", "cat", {{2, 3}, {4, 3}}, [](auto& in) { return cat({in[0], in[1]}, 0); }},
+      {"cat_dim1_three", "cat", {{2, 1, 3}, {2, 4, 3}, {2, 2, 3}},
+       [](auto& in) { return cat({in[0], in[1], in[2]}, 1); }},
+      {"cat_same_input_twice", "cat", {{3, 2}}, [](auto& in) { return cat({in[0], in[0]}, -1); }},
   };
 }
 

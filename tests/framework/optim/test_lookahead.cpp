@@ -67,7 +67,7 @@ TEST(Lookahead, StateDictRoundTripsAndNamesWhatIsMissing) {
   to.load_state_dict(from.state_dict());
   to.update(1.0);
   for (float v : b.fc->weight.to_vector<float>()) EXPECT_FLOAT_EQ(v, 5.0f);
-  std::map<std::string, Tensor> partial = from.state_dict();
+  StateDict partial = from.state_dict();
   partial.erase("bn.running_var");
   try {
     to.load_state_dict(partial);

@@ -151,6 +151,29 @@ TEST(Muon, SgdGroupsStepExactlyAsSgd) {
   }
 }
 
+// A group added through an SGD& is an SGD group of the Muon optimizer (it once added a group with
+// no Muon entry, and step() then read past the end of the per-group list).
+TEST(Muon, AGroupAddedThroughAnSgdReferenceStepsAsSgd) {
+  Generator gen(10);
+  const Tensor init = randn({5}, gen);
+  Tensor a = init.clone().requires_grad_(), b = init.clone().requires_grad_(), m = randn({3, 4}, gen).requires_grad_();
+  optim::SGD::Options so;
+  so.lr = 0.2;
+  optim::SGD sgd({a}, so);
+  optim::Muon muon({m}, optim::Muon::Options());
+  optim::SGD& as_sgd = muon;
+  as_sgd.add_param_group({b}, so);
+  ASSERT_EQ(muon.num_groups(), 2u);
+  EXPECT_FALSE(muon.is_muon_group(1));
+  const Tensor g = randn({5}, gen);
+  a.set_grad(g);
+  b.set_grad(g);
+  m.set_grad(randn({3, 4}, gen));
+  sgd.step();
+  muon.step();
+  EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>());
+}
+
 TEST(Muon, HalfParametersStepTheirFp32Masters) {
   Generator gen(11);
   const Tensor init = randn({4, 6}, gen);
@@ -188,7 +211,7 @@ TEST(Muon, StateDictResumesTheSameTrajectory) {
   }
 
   Tensor resumed = init.clone().requires_grad_();
-  std::map<std::string, Tensor> state;
+  StateDict state;
   {
     optim::Muon first({resumed}, o);
     resumed.set_grad(grads[0]);

@@ -65,6 +65,13 @@ TEST(Tensor, RandomIsSeededAndDeviceIndependentOfThreads) {
   EXPECT_NE(randn({100}, a).to_vector<float>(), randn({100}, c).to_vector<float>());
 }
 
+// 0, 1, ..., n - 1 as fp32.
+Tensor arange_like_torch(int64_t n) {
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(i);
+  return tensor(values, {n});
+}
+
 TEST(Tensor, PrintsShapeDtypeAndValues) {
   std::ostringstream out;
   out << tensor({1, 2, 3, 4}, {2, 2}, DType::F16);
@@ -72,8 +79,11 @@ TEST(Tensor, PrintsShapeDtypeAndValues) {
   EXPECT_THAT(out.str(), HasSubstr("shape=[2, 2]"));
   EXPECT_THAT(out.str(), HasSubstr("dtype=float16"));
   std::ostringstream big;
-  big << zeros({2000});
-  EXPECT_THAT(big.str(), HasSubstr("..."));
+  big << arange_like_torch(2000);
+  EXPECT_THAT(big.str(), HasSubstr("tensor([0, 1, 2, ..., 1997, 1998, 1999], shape=[2000]"));
+  std::ostringstream rows;
+  rows << arange_like_torch(2000).reshape({1000, 2});
+  EXPECT_THAT(rows.str(), HasSubstr("[[0, 1],\n [2, 3],\n [4, 5],\n ...,\n [1994, 1995],\n [1996, 1997],\n [1998, 1999]]"));
 }
 
 TEST(Tensor, ErrorsNameTheProblem) {

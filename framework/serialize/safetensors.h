@@ -8,18 +8,19 @@
 #include <map>
 #include <string>
 
+#include "framework/tensor/state_dict.h"
 #include "framework/tensor/tensor.h"
 
-namespace demi::train {
+namespace demi {
 
 // Writes tensors (any device; copied to the host) to `path` with write_file_atomically.
-void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+void save_safetensors(const std::string& path, const StateDict& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 // Reads every tensor of `path` onto the CPU; throws demi::Error naming the file and the problem.
-std::map<std::string, Tensor> load_safetensors(const std::string& path);
+StateDict load_safetensors(const std::string& path);
 // The bytes of a safetensors file (`name` for messages), as load_safetensors reads them: every
 // length, offset, dtype and shape is checked against `size` before anything is allocated.
-std::map<std::string, Tensor> parse_safetensors(const uint8_t* data, size_t size, const std::string& name);
+StateDict parse_safetensors(const uint8_t* data, size_t size, const std::string& name);
 
 // Writes `text` to `path` durably and atomically: into `path`.tmp in the same directory, fsync,
 // rename over `path`, fsync of the directory. On any failure (disk full, file too large, I/O
@@ -27,4 +28,4 @@ std::map<std::string, Tensor> parse_safetensors(const uint8_t* data, size_t size
 // the previous `path` untouched.
 void write_file_atomically(const std::string& path, const std::string& text);
 
-}  // namespace demi::train
+}  // namespace demi

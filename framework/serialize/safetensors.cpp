@@ -1,5 +1,5 @@
 // safetensors writer and reader on nlohmann::json; the dtype names are safetensors' own.
-#include "train/safetensors.h"
+#include "framework/serialize/safetensors.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 
 #include "framework/autograd/grad_mode.h"
 
-namespace demi::train {
+namespace demi {
 namespace {
 
 const char* safetensors_dtype(DType d) {
@@ -92,13 +92,13 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
 }
 
-void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+void save_safetensors(const std::string& path, const StateDict& tensors,
                       const std::map<std::string, std::string>& metadata) {
   NoGradGuard no_grad;
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string body;
-  std::map<std::string, Tensor> host;
+  StateDict host;
   for (const auto& [name, t] : tensors) host.emplace(name, t.to(Device::cpu()));
   for (const auto& [name, t] : host) {
     const size_t begin = body.size();
@@ -113,7 +113,7 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   write_file_atomically(path, file + head + body);
 }
 
-std::map<std::string, Tensor> load_safetensors(const std::string& path) {
+StateDict load_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   DEMI_CHECK(in.good(), "cannot open '", path, "': ", std::strerror(errno));
   const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -121,7 +121,7 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path) {
   return parse_safetensors(reinterpret_cast<const uint8_t*>(data.data()), data.size(), path);
 }
 
-std::map<std::string, Tensor> parse_safetensors(const uint8_t* data, size_t size, const std::string& name) {
+StateDict parse_safetensors(const uint8_t* data, size_t size, const std::string& name) {
   DEMI_CHECK(size >= 8, name, ": too short for a safetensors file (", size, " bytes)");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | data[i];
@@ -197,8 +197,11 @@ std::map<std::string, Tensor> parse_safetensors(const uint8_t* data, size_t size
     DEMI_CHECK(b.begin >= a.end, name, ": tensors '", a.key, "' and '", b.key, "' overlap (data offsets [", a.begin,
                ", ", a.end, "] and [", b.begin, ", ", b.end, "]); the file is corrupt");
   }
+  // In the order the tensors lie in the file, which is the order they were saved in (a module's
+  // registration order); the JSON object itself comes back sorted by name.
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
   const uint8_t* base = data + 8 + n;
-  std::map<std::string, Tensor> out;
+  StateDict out;
   for (const Entry& e : entries) {
     Tensor t = empty(e.shape, e.dtype);
     if (e.end > e.begin) std::memcpy(t.data_ptr(), base + e.begin, e.end - e.begin);
@@ -207,4 +210,4 @@ std::map<std::string, Tensor> parse_safetensors(const uint8_t* data, size_t size
   return out;
 }
 
-}  // namespace demi::train
+}  // namespace demi

@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "framework/demi/demi.h"
-#include "train/safetensors.h"
+#include "framework/serialize/safetensors.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
 
@@ -41,20 +41,20 @@ std::string forged(const std::string& header, size_t body = 16) { return forged(
 
 std::string parse_error(const std::string& file) {
   return error_of([&] {
-    train::parse_safetensors(reinterpret_cast<const uint8_t*>(file.data()), file.size(), "forged.safetensors");
+    parse_safetensors(reinterpret_cast<const uint8_t*>(file.data()), file.size(), "forged.safetensors");
   });
 }
 
 TEST(Safetensors, RoundTripsEveryDtype) {
   const std::string path = temp_path("roundtrip.safetensors");
-  std::map<std::string, Tensor> tensors = {
+  StateDict tensors = {
       {"w32", tensor({1.5f, -2.0f, 3.25f, 0.0f}, {2, 2})},
       {"w16", tensor({65504.0f, 1e-8f}, {2}, DType::F16)},
       {"wbf", tensor({1.0f, -0.5f, 7.0f}, {3}, DType::BF16)},
       {"step", tensor(std::vector<int64_t>{42}, {})},
   };
-  train::save_safetensors(path, tensors, {{"format", "pt"}});
-  const auto loaded = train::load_safetensors(path);
+  save_safetensors(path, tensors, {{"format", "pt"}});
+  const auto loaded = load_safetensors(path);
   ASSERT_EQ(loaded.size(), tensors.size());
   for (const auto& [name, t] : tensors) {
     SCOPED_TRACE(name);
@@ -75,13 +75,13 @@ TEST(Safetensors, RoundTripsEveryDtype) {
 
 TEST(Safetensors, TruncatedAndForeignFilesGiveClearErrors) {
   const std::string path = temp_path("truncated.safetensors");
-  train::save_safetensors(path, {{"w", ones({100})}});
+  save_safetensors(path, {{"w", ones({100})}});
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 10);
-  EXPECT_NE(error_of([&] { train::load_safetensors(path); }).find("offsets outside the file"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_safetensors(path); }).find("offsets outside the file"), std::string::npos);
   const std::string foreign = temp_path("foreign.safetensors");
   std::ofstream(foreign) << "not a checkpoint at all";
-  EXPECT_NE(error_of([&] { train::load_safetensors(foreign); }).find(foreign), std::string::npos);
-  EXPECT_NE(error_of([&] { train::load_safetensors(temp_path("missing.safetensors")); }).find("cannot open"),
+  EXPECT_NE(error_of([&] { load_safetensors(foreign); }).find(foreign), std::string::npos);
+  EXPECT_NE(error_of([&] { load_safetensors(temp_path("missing.safetensors")); }).find("cannot open"),
             std::string::npos);
 }
 
@@ -89,7 +89,7 @@ TEST(Safetensors, TruncatedAndForeignFilesGiveClearErrors) {
 // forged field gives an error naming the tensor, never a crash or a huge allocation.
 TEST(Safetensors, ForgedHeadersGiveClearErrors) {
   const std::string good = forged(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})");
-  ASSERT_EQ(train::parse_safetensors(reinterpret_cast<const uint8_t*>(good.data()), good.size(), "good")
+  ASSERT_EQ(parse_safetensors(reinterpret_cast<const uint8_t*>(good.data()), good.size(), "good")
                 .at("w")
                 .shape(),
             (Shape{2, 2}));
@@ -137,10 +137,10 @@ TEST(Safetensors, ForgedHeadersGiveClearErrors) {
 TEST(Safetensors, FullDiskLeavesThePreviousFileIntact) {
   const test::TempDir dir;
   const std::string path = (dir.path / "model.safetensors").string();
-  train::save_safetensors(path, {{"w", full({16}, 3.0)}});
+  save_safetensors(path, {{"w", full({16}, 3.0)}});
   const std::string before = read_bytes(path);
   ASSERT_FALSE(before.empty());
-  const std::map<std::string, Tensor> big = {{"w", ones({1 << 18})}};  // 1 MB: past the limit below
+  const StateDict big = {{"w", ones({1 << 18})}};  // 1 MB: past the limit below
 
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);
@@ -152,7 +152,7 @@ TEST(Safetensors, FullDiskLeavesThePreviousFileIntact) {
     ::signal(SIGXFSZ, SIG_IGN);
     const rlimit limit{64 * 1024, 64 * 1024};
     ::setrlimit(RLIMIT_FSIZE, &limit);
-    const std::string e = error_of([&] { train::save_safetensors(path, big); });
+    const std::string e = error_of([&] { save_safetensors(path, big); });
     const ssize_t n = ::write(pipe_fds[1], e.data(), e.size());
     ::_exit(n == static_cast<ssize_t>(e.size()) ? 0 : 1);
   }
@@ -170,13 +170,13 @@ TEST(Safetensors, FullDiskLeavesThePreviousFileIntact) {
   EXPECT_THAT(message, HasSubstr("the previous '" + path + "' is untouched"));
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
-  EXPECT_EQ(train::load_safetensors(path).at("w").to_vector<float>(), std::vector<float>(16, 3.0f));
+  EXPECT_EQ(load_safetensors(path).at("w").to_vector<float>(), std::vector<float>(16, 3.0f));
 }
 
 TEST(Safetensors, UnwritableDirectoryNamesThePath) {
   const test::TempDir dir;
   const std::string path = (dir.path / "no_such_dir" / "model.safetensors").string();
-  const std::string e = error_of([&] { train::save_safetensors(path, {{"w", ones({4})}}); });
+  const std::string e = error_of([&] { save_safetensors(path, {{"w", ones({4})}}); });
   EXPECT_THAT(e, HasSubstr("cannot write '" + path + "'"));
   EXPECT_THAT(e, HasSubstr(std::strerror(ENOENT)));
 }

@@ -1,0 +1,131 @@
+// Tensor's libtorch-style methods: each is one call of the free function of the same name, so every
+// op keeps one implementation; the in-place ones compute the out-of-place result and write it back
+// into the tensor's own storage.
+#include <cmath>
+
+#include "framework/autograd/grad_mode.h"
+#include "framework/ops/internal.h"
+#include "framework/ops/ops.h"
+
+namespace demi {
+
+Tensor Tensor::sum(std::vector<int64_t> dims, bool keepdim) const { return demi::sum(*this, std::move(dims), keepdim); }
+Tensor Tensor::mean(std::vector<int64_t> dims, bool keepdim) const { return demi::mean(*this, std::move(dims), keepdim); }
+Tensor Tensor::argmax(std::optional<int64_t> dim, bool keepdim) const { return demi::argmax(*this, dim, keepdim); }
+Tensor Tensor::exp() const { return demi::exp(*this); }
+Tensor Tensor::log() const { return demi::log(*this); }
+Tensor Tensor::sqrt() const { return demi::sqrt(*this); }
+Tensor Tensor::pow(double exponent) const { return demi::pow(*this, exponent); }
+Tensor Tensor::relu() const { return demi::relu(*this); }
+Tensor Tensor::gelu() const { return demi::gelu(*this); }
+Tensor Tensor::neg() const { return demi::neg(*this); }
+Tensor Tensor::clamp(std::optional<double> min, std::optional<double> max) const { return demi::clamp(*this, min, max); }
+Tensor Tensor::softmax(int64_t dim) const { return demi::softmax(*this, dim); }
+Tensor Tensor::log_softmax(int64_t dim) const { return demi::log_softmax(*this, dim); }
+Tensor Tensor::matmul(const Tensor& other) const { return demi::matmul(*this, other); }
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const { return demi::transpose(*this, dim0, dim1); }
+Tensor Tensor::t() const {
+  DEMI_CHECK(dim() <= 2, "t(): expects a tensor of at most 2 dims, got shape ", shape(),
+             "; use transpose(dim0, dim1)");
+  return dim() < 2 ? *this : demi::transpose(*this, 0, 1);
+}
+Tensor Tensor::select(int64_t dim, int64_t index) const { return demi::select(*this, dim, index); }
+Tensor Tensor::eq(const Tensor& other) const { return demi::eq(*this, other); }
+Tensor Tensor::ne(const Tensor& other) const { return demi::ne(*this, other); }
+Tensor Tensor::lt(const Tensor& other) const { return demi::lt(*this, other); }
+Tensor Tensor::le(const Tensor& other) const { return demi::le(*this, other); }
+Tensor Tensor::gt(const Tensor& other) const { return demi::gt(*this, other); }
+Tensor Tensor::ge(const Tensor& other) const { return demi::ge(*this, other); }
+
+namespace {
+
+// What autograd cannot follow: writing into a tensor it tracks, or folding a tracked operand into
+// an untracked one (its gradient would silently stop there).
+void check_in_place(const char* op, const Tensor& self, const Tensor& other = Tensor()) {
+  DEMI_CHECK(self.defined(), op, ": the tensor is undefined");
+  if (!is_grad_enabled()) return;
+  DEMI_CHECK(!self.requires_grad(), op, ": in-place on a tensor that requires grad, which autograd cannot record; "
+             "do it under NoGradGuard (as optimizers and initialisers do), or use the out-of-place op");
+  DEMI_CHECK(!other.defined() || !other.requires_grad(), op, ": the operand requires grad, and an in-place result "
+             "would drop its gradient; use the out-of-place op (a = a + b), or NoGradGuard");
+}
+
+}  // namespace
+
+Tensor& Tensor::assign_in_place(const char* op, const Tensor& result) {
+  DEMI_CHECK(result.shape() == shape(), op, ": the result has shape ", result.shape(), " but this tensor is ",
+             shape(), "; an in-place op keeps the shape, so the other operand must broadcast to it");
+  kernels(*this).cast(result.ref(), ref());
+  impl_ref().storage->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  check_in_place("add_", *this, other);
+  NoGradGuard no_grad;
+  return assign_in_place("add_", alpha == 1.0 ? *this + other : *this + other * alpha);
+}
+Tensor& Tensor::add_(double value) {
+  check_in_place("add_", *this);
+  NoGradGuard no_grad;
+  return assign_in_place("add_", *this + value);
+}
+Tensor& Tensor::sub_(const Tensor& other, double alpha) {
+  check_in_place("sub_", *this, other);
+  NoGradGuard no_grad;
+  return assign_in_place("sub_", alpha == 1.0 ? *this - other : *this - other * alpha);
+}
+Tensor& Tensor::sub_(double value) {
+  check_in_place("sub_", *this);
+  NoGradGuard no_grad;
+  return assign_in_place("sub_", *this - value);
+}
+Tensor& Tensor::mul_(const Tensor& other) {
+  check_in_place("mul_", *this, other);
+  NoGradGuard no_grad;
+  return assign_in_place("mul_", *this * other);
+}
+Tensor& Tensor::mul_(double value) {
+  check_in_place("mul_", *this);
+  NoGradGuard no_grad;
+  return assign_in_place("mul_", *this * value);
+}
+Tensor& Tensor::div_(const Tensor& other) {
+  check_in_place("div_", *this, other);
+  NoGradGuard no_grad;
+  return assign_in_place("div_", *this / other);
+}
+Tensor& Tensor::div_(double value) {
+  check_in_place("div_", *this);
+  NoGradGuard no_grad;
+  return assign_in_place("div_", *this / value);
+}
+Tensor& Tensor::clamp_(std::optional<double> min, std::optional<double> max) {
+  check_in_place("clamp_", *this);
+  NoGradGuard no_grad;
+  return assign_in_place("clamp_", demi::clamp(*this, min, max));
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_in_place("copy_", *this, src);
+  DEMI_CHECK(src.defined(), "copy_: the source is undefined");
+  NoGradGuard no_grad;
+  Tensor value = src.to(device());
+  if (value.shape() != shape()) {
+    DEMI_CHECK(broadcast_shapes(value.shape(), shape(), "copy_") == shape(), "copy_: the source ", src.shape(),
+               " does not broadcast to this tensor's shape ", shape());
+    DEMI_CHECK(is_floating(value.dtype()) || is_floating(dtype()), "copy_: broadcasting an integer source ",
+               src.shape(), " into an integer tensor ", shape(), " is not supported; give it this tensor's shape");
+    value = ops::expand_to(value.to(is_floating(dtype()) ? dtype() : value.dtype()), shape());
+  }
+  return assign_in_place("copy_", value);
+}
+
+Tensor& Tensor::fill_(double value) {
+  check_in_place("fill_", *this);
+  kernels(*this).fill(ref(), value);
+  impl_ref().storage->bump_version();
+  return *this;
+}
+
+}  // namespace demi
