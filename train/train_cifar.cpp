@@ -10,10 +10,13 @@
 #include "backends/kernels.h"
 #include "framework/core/error.h"
 #include "framework/dist/process_group.h"
+#include "train/cli_checks.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
 
 namespace {
+namespace cli = demi::train::cli;
+
 void on_sigint(int) {
   if (demi::train::g_stop_requested) std::_Exit(130);  // a second Ctrl-C: stop now
   demi::train::g_stop_requested = true;
@@ -36,21 +39,21 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"SmallCNN", "AirNet"}))->capture_default_str();
   app.add_option("--data-dir", c.data_dir, "CIFAR-10: image folders train/<class>/*.jpg or the binary batches "
                  "(default: $DEMI_CIFAR10, else ./data/cifar-10)")->capture_default_str();
-  app.add_option("--epochs", c.epochs, "epochs to train")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "images per step, in all: under mpirun -np N each process takes 1/N")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--lr", c.lr, "peak learning rate")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--epochs", c.epochs, "epochs to train")->check(cli::non_negative())->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "images per step, in all: under mpirun -np N each process takes 1/N")->check(cli::positive())->capture_default_str();
+  app.add_option("--lr", c.lr, "peak learning rate")->check(cli::non_negative())->capture_default_str();
   app.add_option("--optimizer", c.optimizer, "sgd (Nesterov momentum), adamw, or muon (with --recipe airbench-muon, "
                  "which sets it)")
       ->check(CLI::IsMember({"sgd", "adamw", "muon"}))->capture_default_str();
-  app.add_option("--momentum", c.momentum, "SGD's Nesterov momentum (0: plain SGD)")->check(CLI::Range(0.0, 0.999))
+  app.add_option("--momentum", c.momentum, "SGD's Nesterov momentum (0: plain SGD)")->check(cli::between(0.0, 0.999))
       ->capture_default_str();
   app.add_option("--weight-decay", c.weight_decay, "weight decay (L2 for sgd, decoupled for adamw)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(cli::non_negative())->capture_default_str();
   app.add_option("--schedule", c.schedule, "learning-rate schedule: onecycle, cosine (with warm-up), linear (0.2x to 1x "
                  "over 23% of the steps, then down to 0.07x: airbench's), linear-decay (1x down to 0), step or none")
       ->check(CLI::IsMember({"onecycle", "cosine", "linear", "linear-decay", "step", "none"}))->capture_default_str();
   app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing in [0, 1]")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(cli::between(0.0, 1.0))->capture_default_str();
   app.add_option("--recipe", c.recipe, "standard, or airbench: AirNet with airbench94's recipe (whitening stem from patch "
                  "statistics, identity-initialised convs, frozen BatchNorm weights, 2-pixel translations with alternating "
                  "flips) and its defaults for the flags not given: --epochs 10 --batch-size 1024 --lr 1.5 (scaled with "
@@ -62,7 +65,7 @@ int main(int argc, char** argv) {
                  "0.00241 (the head's) --schedule linear-decay --label-smoothing 0.2 --tta 2")
       ->check(CLI::IsMember({"standard", "airbench", "airbench-muon"}))->capture_default_str();
   app.add_option("--tta", c.tta, "test-time augmentation of the final evaluation: 0 none, 1 mirror, 2 mirror and "
-                 "one-pixel translations (6 passes)")->check(CLI::Range(0, 2))->capture_default_str();
+                 "one-pixel translations (6 passes)")->check(cli::between(0, 2))->capture_default_str();
   app.add_flag("--lookahead", c.lookahead, "every 5 steps pull the weights to their running average (airbench's "
                "lookahead; the last epoch ends on the average)");
   app.add_flag("--half-params", c.half_params, "model weights in fp16/bf16 with fp32 masters in the optimizer "
@@ -73,30 +76,30 @@ int main(int argc, char** argv) {
   app.add_option("--loss-scale", c.loss_scale, "dynamic (GradScaler; fp16 only), none, or a fixed number")
       ->capture_default_str();
   app.add_option("--clip", c.clip, "clip the global gradient norm to this (0: off); applied to true gradients")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(cli::non_negative())->capture_default_str();
   app.add_option("--accum", c.accum, "micro-batches per step (gradient accumulation); must divide --batch-size")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(cli::positive())->capture_default_str();
   app.add_option("--seed", c.seed, "seed for initialisation, shuffling and augmentation")->capture_default_str();
   app.add_option("--out", c.out_dir, "output directory: metrics.jsonl, summary.json, checkpoint")
       ->capture_default_str();
   app.add_option("--resume", c.resume_dir, "continue from the checkpoint in this directory");
   app.add_flag("--eval-only", c.eval_only, "evaluate (with --resume's weights) and exit");
   app.add_option("--train-subset", c.train_subset, "train on a fixed class-balanced subset of N images (0: all)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(cli::non_negative())->capture_default_str();
   app.add_option("--test-subset", c.test_subset, "evaluate on a fixed class-balanced subset of N images (0: all)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber)
+      ->check(cli::non_negative())->capture_default_str();
+  app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(cli::non_negative())
       ->capture_default_str();
   app.add_flag("--sync-bn", c.sync_batch_norm, "under mpirun: batch-norm statistics over all processes' images "
                "(default: each process its own, as PyTorch DDP)");
   app.add_option("--report", c.report_dir, "only regenerate DIR/report.html from DIR/metrics.jsonl");
   app.add_option("--max-nonfinite-steps", c.max_nonfinite_steps,
                  "stop (with a clear error) after this many steps in a row with an inf/NaN loss")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(cli::positive())->capture_default_str();
   app.add_option("--max-steps", c.max_steps, "stop after this many steps in all, with a checkpoint (0: no limit)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(cli::non_negative())->capture_default_str();
   app.add_option("--log-every", c.log_every, "steps between metrics.jsonl records and plain progress lines")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(cli::positive())->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

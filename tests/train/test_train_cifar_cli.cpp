@@ -1,0 +1,53 @@
+// train_cifar's command line as a person meets it: out-of-range values are refused with a sentence
+// that names the flag, the rule and the value (not CLI11's "0.000000 to 1797693134862315..."),
+// exit status 2, before any data is read.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+using testing::HasSubstr;
+using testing::Not;
+
+struct CliRun {
+  std::string output;  // stdout and stderr
+  int status = -1;
+};
+
+CliRun run_train_cifar(const std::string& args) {
+  const std::string command = std::string(DEMI_TRAIN_CIFAR) + " --data-dir /nonexistent " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  CliRun run;
+  std::array<char, 4096> buffer;
+  while (pipe && std::fgets(buffer.data(), buffer.size(), pipe)) run.output += buffer.data();
+  const int status = pipe ? ::pclose(pipe) : -1;
+  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+TEST(TrainCifarCli, RangeErrorsReadAsAPersonWouldWriteThem) {
+  const CliRun zero = run_train_cifar("--batch-size 0");
+  EXPECT_EQ(zero.status, 2);
+  EXPECT_THAT(zero.output, HasSubstr("--batch-size: must be positive, got 0"));
+  EXPECT_THAT(zero.output, Not(HasSubstr("000000")));
+
+  const CliRun negative = run_train_cifar("--epochs -1");
+  EXPECT_EQ(negative.status, 2);
+  EXPECT_THAT(negative.output, HasSubstr("--epochs: must be >= 0, got -1"));
+
+  const CliRun momentum = run_train_cifar("--momentum 2");
+  EXPECT_EQ(momentum.status, 2);
+  EXPECT_THAT(momentum.output, HasSubstr("--momentum: must be between 0 and 0.999, got 2"));
+
+  const CliRun word = run_train_cifar("--lr fast");
+  EXPECT_EQ(word.status, 2);
+  EXPECT_THAT(word.output, HasSubstr("--lr: 'fast' is not a number"));
+}
+
+}  // namespace
