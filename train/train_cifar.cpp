@@ -98,8 +98,9 @@ int main(int argc, char** argv) {
       ->check(cli::positive())->capture_default_str();
   app.add_option("--max-steps", c.max_steps, "stop after this many steps in all, with a checkpoint (0: no limit)")
       ->check(cli::non_negative())->capture_default_str();
-  app.add_option("--log-every", c.log_every, "steps between metrics.jsonl records and plain progress lines")
-      ->check(cli::positive())->capture_default_str();
+  app.add_option("--log-every", c.log_every, "steps between metrics.jsonl records and plain progress lines "
+                 "(0: about 100 records a run, at most every 50 steps)")
+      ->check(cli::non_negative())->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -308,6 +308,8 @@ double run_training(const TrainerConfig& c) {
   amp::GradScaler scaler(so);
   const int64_t steps_per_epoch = train_loader.batches_per_epoch();
   const int64_t total_steps = std::max<int64_t>(2, steps_per_epoch * c.epochs);
+  // A short first run still draws curves in report.html: records ~100 times a run by default.
+  const int64_t log_every = c.log_every > 0 ? c.log_every : std::clamp<int64_t>(total_steps / 100, 1, 50);
   std::unique_ptr<optim::LRScheduler> schedule;
   if (c.schedule == "onecycle") {
     schedule = std::make_unique<optim::OneCycle>(*opt, total_steps);
@@ -511,7 +513,7 @@ double run_training(const TrainerConfig& c) {
       epoch_images += images.size(0) * world;
       images_seen += images.size(0) * world;
       const double ips = static_cast<double>(epoch_images) / seconds_since(epoch_start);
-      if (step % c.log_every == 0) {
+      if (step % log_every == 0) {
         metrics << json{{"type", "step"}, {"step", step}, {"epoch", epoch}, {"loss", r.loss},
                         {"loss_mean", loss_since_record / static_cast<double>(std::max<int64_t>(1, steps_since_record))}, {"lr", opt->lr(0)},
                         {"loss_scale", scaler.get_scale()}, {"skipped_steps", scaler.steps_skipped()},
@@ -532,7 +534,7 @@ double run_training(const TrainerConfig& c) {
            << std::setprecision(0) << ips << " img/s scale " << scaler.get_scale() << " ETA " << format_duration(eta);
       if (tty) {
         out << "\r" << line.str() << std::flush;
-      } else if (batch_index % c.log_every == 0 || seconds_since(last_plain_line) >= kPlainLineSeconds) {
+      } else if (batch_index % log_every == 0 || seconds_since(last_plain_line) >= kPlainLineSeconds) {
         out << line.str() << std::endl;  // flushed: logs and `| tee` show progress as it happens
         last_plain_line = Clock::now();
       }

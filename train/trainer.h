@@ -43,7 +43,7 @@ struct TrainerConfig {
   int64_t test_subset = 0;
   int threads = 0;           // 0: all cores
   bool sync_batch_norm = false;  // data parallel: batch-norm statistics over the global batch
-  int log_every = 50;
+  int log_every = 0;  // steps between metrics records; 0: about 100 a run, at most every 50 steps
   int max_nonfinite_steps = 10;  // stop after this many steps in a row with an inf/NaN loss
   int64_t max_steps = 0;     // stop (and checkpoint, as on Ctrl-C) once this many steps are done; 0: no limit
   std::string report_dir;    // only regenerate DIR/report.html from DIR/metrics.jsonl

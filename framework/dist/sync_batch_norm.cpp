@@ -50,8 +50,7 @@ Tensor SyncBatchNorm::forward(const Tensor& x) {
   DEMI_CHECK(channels == options().num_features, "SyncBatchNorm: expected ", options().num_features,
              " channels, got input ", x.shape());
   if (num_batches_tracked.defined()) {
-    const auto count = num_batches_tracked.item<int64_t>();
-    kernels(num_batches_tracked).fill(num_batches_tracked.ref(), static_cast<double>(count + 1));
+    num_batches_tracked.add_(1.0);  // on the device: no read back to the host
   }
   // Statistics in fp32 whatever the input dtype, as batch_norm; [sum x, sum x^2, count] per channel.
   const Tensor xf = x.to(x.dtype() == DType::F64 ? DType::F64 : DType::F32);

@@ -22,8 +22,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   DEMI_CHECK(x.dim() == 4, "BatchNorm2d: input must be [N, C, H, W], got ", x.shape());
   const bool batch_stats = is_training() || !running_mean.defined();
   if (is_training() && num_batches_tracked.defined()) {
-    const auto count = num_batches_tracked.item<int64_t>();
-    kernels(num_batches_tracked).fill(num_batches_tracked.ref(), static_cast<double>(count + 1));
+    num_batches_tracked.add_(1.0);  // on the device: no read back to the host
   }
   BatchNormOptions o;
   o.training = batch_stats;

@@ -50,6 +50,15 @@ void check_in_place(const char* op, const Tensor& self, const Tensor& other = Te
              "would drop its gradient; use the out-of-place op (a = a + b), or NoGradGuard");
 }
 
+// The value a scalar in-place op computes from: the tensor itself, or an integer tensor (a counter,
+// labels) read as float64, which holds its values exactly below 2^53; the result is cast back.
+Tensor scalar_operand_base(const char* op, const Tensor& self, double value) {
+  if (is_floating(self.dtype())) return self;
+  DEMI_CHECK(std::trunc(value) == value, op, ": ", value, " is not a whole number, and this tensor is ", self.dtype(),
+             "; convert it to a floating dtype first");
+  return self.to(DType::F64);
+}
+
 }  // namespace
 
 Tensor& Tensor::assign_in_place(const char* op, const Tensor& result) {
@@ -68,7 +77,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 Tensor& Tensor::add_(double value) {
   check_in_place("add_", *this);
   NoGradGuard no_grad;
-  return assign_in_place("add_", *this + value);
+  return assign_in_place("add_", scalar_operand_base("add_", *this, value) + value);
 }
 Tensor& Tensor::sub_(const Tensor& other, double alpha) {
   check_in_place("sub_", *this, other);
@@ -78,7 +87,7 @@ Tensor& Tensor::sub_(const Tensor& other, double alpha) {
 Tensor& Tensor::sub_(double value) {
   check_in_place("sub_", *this);
   NoGradGuard no_grad;
-  return assign_in_place("sub_", *this - value);
+  return assign_in_place("sub_", scalar_operand_base("sub_", *this, value) - value);
 }
 Tensor& Tensor::mul_(const Tensor& other) {
   check_in_place("mul_", *this, other);
@@ -88,7 +97,7 @@ Tensor& Tensor::mul_(const Tensor& other) {
 Tensor& Tensor::mul_(double value) {
   check_in_place("mul_", *this);
   NoGradGuard no_grad;
-  return assign_in_place("mul_", *this * value);
+  return assign_in_place("mul_", scalar_operand_base("mul_", *this, value) * value);
 }
 Tensor& Tensor::div_(const Tensor& other) {
   check_in_place("div_", *this, other);

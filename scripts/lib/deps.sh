@@ -10,9 +10,17 @@ demi_install_deps() {
   done
   ((${#missing[@]})) || return 0
   if [[ $(id -u) -eq 0 ]]; then
-    echo "demi: installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    # One line per package; apt's own output goes to a log that is shown only if it fails.
+    local log
+    log=$(mktemp -t demi-apt.XXXXXX)
+    for p in "${missing[@]}"; do echo "demi: installing $p"; done
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+           "${missing[@]}"; } > "$log" 2>&1; then
+      echo "demi: apt-get failed; its last lines (all of them in $log):" >&2
+      tail -n 30 "$log" >&2
+      exit 1
+    fi
+    rm -f "$log"
   else
     echo "demi: missing Debian packages; install them with:" >&2
     echo "  sudo apt-get install -y ${missing[*]}" >&2

@@ -168,6 +168,16 @@ TEST(TensorApi, InPlaceWritesTheTensorsOwnStorage) {
   EXPECT_THAT(error_of([&] { x.add_(zeros({3, 2, 3})); }), HasSubstr("an in-place op keeps the shape"));
 }
 
+TEST(TensorApi, ScalarInPlaceOnIntegerTensorsStaysInteger) {
+  Tensor counter = zeros({}, DType::I64);
+  counter.add_(1.0);
+  counter += 2.0;
+  counter.mul_(5.0);
+  EXPECT_EQ(counter.dtype(), DType::I64);
+  EXPECT_EQ(counter.item<int64_t>(), 15);
+  EXPECT_THAT(error_of([&] { counter.add_(0.5); }), HasSubstr("0.5 is not a whole number"));
+}
+
 TEST(TensorApi, InPlaceRefusesWhatAutogradCannotFollow) {
   Tensor w = ones({3}).requires_grad_();
   EXPECT_THAT(error_of([&] { w.add_(1.0); }), HasSubstr("add_: in-place on a tensor that requires grad"));
