@@ -14,21 +14,19 @@ namespace demi::dist {
 
 namespace {
 
-char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
-
 // Packs `tensors` (one dtype) into one flat tensor, or copies the flat tensor back into them.
 void pack(const std::vector<Tensor>& tensors, const Tensor& flat) {
-  size_t offset = 0;
+  int64_t offset = 0;
   for (const Tensor& t : tensors) {
-    kernels(flat).copy(t.data_ptr(), bytes_of(flat) + offset, t.nbytes());
-    offset += t.nbytes();
+    flat.slice(offset, offset + t.numel()).copy_(t.reshape({t.numel()}));
+    offset += t.numel();
   }
 }
 void unpack(const Tensor& flat, const std::vector<Tensor>& tensors) {
-  size_t offset = 0;
+  int64_t offset = 0;
   for (const Tensor& t : tensors) {
-    kernels(flat).copy(bytes_of(flat) + offset, t.data_ptr(), t.nbytes());
-    offset += t.nbytes();
+    t.copy_(flat.slice(offset, offset + t.numel()).reshape(t.shape()));
+    offset += t.numel();
   }
 }
 
@@ -113,7 +111,7 @@ struct DistributedDataParallel::Reducer {
     pack(grads, b.flat);
     // Divide before summing, as PyTorch's default hook: a sum of N fp16 gradients could overflow.
     const double inv_world = 1.0 / static_cast<double>(group->size());
-    kernels(b.flat).unary(backend::UnaryKind::Affine, b.flat.ref(), b.flat.ref(), inv_world, 0.0);
+    b.flat.mul_(inv_world);
     b.work = group->all_reduce_async(b.flat, ReduceOp::Sum);
   }
 

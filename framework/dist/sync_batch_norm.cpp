@@ -70,8 +70,8 @@ Tensor SyncBatchNorm::forward(const Tensor& x) {
     const double m = options().momentum;
     const Tensor new_mean = running_mean * (1.0 - m) + mean.detach() * m;
     const Tensor new_var = running_var * (1.0 - m) + var.detach() * (m * count / (count - 1.0));
-    kernels(running_mean).copy(new_mean.data_ptr(), running_mean.data_ptr(), running_mean.nbytes());
-    kernels(running_var).copy(new_var.data_ptr(), running_var.data_ptr(), running_var.nbytes());
+    running_mean.copy_(new_mean);
+    running_var.copy_(new_var);
   }
   const Shape per_channel{1, channels, 1, 1};
   Tensor scale = invstd, shift = mean * invstd * -1.0;

@@ -25,7 +25,7 @@ Tensor clip_gradients_(const std::vector<Tensor>& grads, double max_norm) {
   const double coef = max_norm / (total + 1e-6);
   // A non-finite norm is left for the GradScaler to skip; scaling by 0 or NaN would hide it.
   if (std::isfinite(total) && coef < 1.0) {
-    for (const Tensor& g : grads) kernels(g).unary(backend::UnaryKind::Affine, g.ref(), g.ref(), coef, 0.0);
+    for (const Tensor& g : grads) g.mul_(coef);
   }
   return norm;
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "framework/autograd/grad_mode.h"
 #include "framework/tensor/factories.h"
 
 namespace demi::nn::init {
@@ -22,7 +23,8 @@ void dirac_(const Tensor& weight) {
   std::vector<float> w(static_cast<size_t>(weight.numel()), 0.0f);
   for (int64_t i = 0; i < std::min(out, in); ++i) w[static_cast<size_t>(((i * in + i) * k + k / 2) * k + k / 2)] = 1.0f;
   const Tensor identity = tensor(w, weight.shape()).to(weight.device()).to(weight.dtype());
-  kernels(weight).cast(identity.ref(), weight.ref());
+  NoGradGuard no_grad;  // initialisers write parameters
+  weight.copy_(identity);
 }
 
 }  // namespace demi::nn::init

@@ -50,18 +50,9 @@ void check_in_place(const char* op, const Tensor& self, const Tensor& other = Te
              "would drop its gradient; use the out-of-place op (a = a + b), or NoGradGuard");
 }
 
-// The value a scalar in-place op computes from: the tensor itself, or an integer tensor (a counter,
-// labels) read as float64, which holds its values exactly below 2^53; the result is cast back.
-Tensor scalar_operand_base(const char* op, const Tensor& self, double value) {
-  if (is_floating(self.dtype())) return self;
-  DEMI_CHECK(std::trunc(value) == value, op, ": ", value, " is not a whole number, and this tensor is ", self.dtype(),
-             "; convert it to a floating dtype first");
-  return self.to(DType::F64);
-}
-
 }  // namespace
 
-Tensor& Tensor::assign_in_place(const char* op, const Tensor& result) {
+const Tensor& Tensor::assign_in_place(const char* op, const Tensor& result) const {
   DEMI_CHECK(result.shape() == shape(), op, ": the result has shape ", result.shape(), " but this tensor is ",
              shape(), "; an in-place op keeps the shape, so the other operand must broadcast to it");
   kernels(*this).cast(result.ref(), ref());
@@ -69,53 +60,63 @@ Tensor& Tensor::assign_in_place(const char* op, const Tensor& result) {
   return *this;
 }
 
-Tensor& Tensor::add_(const Tensor& other, double alpha) {
+// Straight into this storage when the out-of-place op would compute in this tensor's dtype and
+// shape anyway (the same kernel, the same numbers, no temporary); else its result is written back.
+const Tensor& Tensor::binary_in_place(const char* op, backend::BinaryKind kind, const Tensor& other) const {
+  check_in_place(op, *this, other);
+  DEMI_CHECK(other.defined(), op, ": the operand is undefined");
+  NoGradGuard no_grad;
+  if (is_floating(dtype()) && other.device() == device() &&
+      result_type(dtype(), dim(), other.dtype(), other.dim()) == dtype() &&
+      broadcast_shapes(shape(), other.shape(), op) == shape()) {
+    const Tensor b = other.to(dtype());
+    kernels(*this).binary(kind, ref(), b.ref(), ref());
+    impl_ref().storage->bump_version();
+    return *this;
+  }
+  return assign_in_place(op, ops::binary_kernel(op, kind, *this, other));
+}
+
+// alpha * x + beta in place. An integer tensor (a counter, labels) is computed in float64, which
+// holds its values exactly below 2^53, and stays integer: whole numbers only.
+const Tensor& Tensor::affine_in_place(const char* op, double alpha, double beta) const {
+  check_in_place(op, *this);
+  NoGradGuard no_grad;
+  if (is_floating(dtype())) {
+    kernels(*this).unary(backend::UnaryKind::Affine, ref(), ref(), alpha, beta);
+    impl_ref().storage->bump_version();
+    return *this;
+  }
+  DEMI_CHECK(std::trunc(alpha) == alpha && std::trunc(beta) == beta, op, ": ", (std::trunc(beta) == beta ? alpha : beta),
+             " is not a whole number, and this tensor is ", dtype(), "; convert it to a floating dtype first");
+  return assign_in_place(op, ops::unary_kernel(backend::UnaryKind::Affine, to(DType::F64), alpha, beta));
+}
+
+const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
+  if (alpha == 1.0) return binary_in_place("add_", backend::BinaryKind::Add, other);
+  NoGradGuard no_grad;  // the scaled operand is a temporary; check_in_place still sees `other`
   check_in_place("add_", *this, other);
-  NoGradGuard no_grad;
-  return assign_in_place("add_", alpha == 1.0 ? *this + other : *this + other * alpha);
+  return binary_in_place("add_", backend::BinaryKind::Add, other * alpha);
 }
-Tensor& Tensor::add_(double value) {
-  check_in_place("add_", *this);
+const Tensor& Tensor::add_(double value) const { return affine_in_place("add_", 1.0, value); }
+const Tensor& Tensor::sub_(const Tensor& other, double alpha) const {
+  if (alpha == 1.0) return binary_in_place("sub_", backend::BinaryKind::Sub, other);
   NoGradGuard no_grad;
-  return assign_in_place("add_", scalar_operand_base("add_", *this, value) + value);
-}
-Tensor& Tensor::sub_(const Tensor& other, double alpha) {
   check_in_place("sub_", *this, other);
-  NoGradGuard no_grad;
-  return assign_in_place("sub_", alpha == 1.0 ? *this - other : *this - other * alpha);
+  return binary_in_place("sub_", backend::BinaryKind::Sub, other * alpha);
 }
-Tensor& Tensor::sub_(double value) {
-  check_in_place("sub_", *this);
-  NoGradGuard no_grad;
-  return assign_in_place("sub_", scalar_operand_base("sub_", *this, value) - value);
-}
-Tensor& Tensor::mul_(const Tensor& other) {
-  check_in_place("mul_", *this, other);
-  NoGradGuard no_grad;
-  return assign_in_place("mul_", *this * other);
-}
-Tensor& Tensor::mul_(double value) {
-  check_in_place("mul_", *this);
-  NoGradGuard no_grad;
-  return assign_in_place("mul_", scalar_operand_base("mul_", *this, value) * value);
-}
-Tensor& Tensor::div_(const Tensor& other) {
-  check_in_place("div_", *this, other);
-  NoGradGuard no_grad;
-  return assign_in_place("div_", *this / other);
-}
-Tensor& Tensor::div_(double value) {
-  check_in_place("div_", *this);
-  NoGradGuard no_grad;
-  return assign_in_place("div_", *this / value);
-}
-Tensor& Tensor::clamp_(std::optional<double> min, std::optional<double> max) {
+const Tensor& Tensor::sub_(double value) const { return affine_in_place("sub_", 1.0, -value); }
+const Tensor& Tensor::mul_(const Tensor& other) const { return binary_in_place("mul_", backend::BinaryKind::Mul, other); }
+const Tensor& Tensor::mul_(double value) const { return affine_in_place("mul_", value, 0.0); }
+const Tensor& Tensor::div_(const Tensor& other) const { return binary_in_place("div_", backend::BinaryKind::Div, other); }
+const Tensor& Tensor::div_(double value) const { return affine_in_place("div_", 1.0 / value, 0.0); }
+const Tensor& Tensor::clamp_(std::optional<double> min, std::optional<double> max) const {
   check_in_place("clamp_", *this);
   NoGradGuard no_grad;
   return assign_in_place("clamp_", demi::clamp(*this, min, max));
 }
 
-Tensor& Tensor::copy_(const Tensor& src) {
+const Tensor& Tensor::copy_(const Tensor& src) const {
   check_in_place("copy_", *this, src);
   DEMI_CHECK(src.defined(), "copy_: the source is undefined");
   NoGradGuard no_grad;
@@ -130,7 +131,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return assign_in_place("copy_", value);
 }
 
-Tensor& Tensor::fill_(double value) {
+const Tensor& Tensor::fill_(double value) const {
   check_in_place("fill_", *this);
   kernels(*this).fill(ref(), value);
   impl_ref().storage->bump_version();

@@ -6,10 +6,6 @@
 #include "framework/ops/ops.h"
 
 namespace demi::optim {
-namespace {
-// Writes `value` into `dst`'s storage, converting to dst's dtype.
-void write_into(const Tensor& value, const Tensor& dst) { kernels(dst).cast(value.ref(), dst.ref()); }
-}  // namespace
 
 Lookahead::Lookahead(nn::Module& module, Optimizer* optimizer) : optimizer_(optimizer) {
   NoGradGuard no_grad;
@@ -29,11 +25,11 @@ void Lookahead::update(double decay) {
     const Tensor& live = live_[i].second;
     Tensor& average = average_[i];
     const Tensor next = average + (live.to(DType::F32) - average) * (1.0 - decay);
-    write_into(next, average);
-    write_into(next, live);
+    average.copy_(next);
+    live.copy_(next);
     if (optimizer_) {
       const Tensor master = optimizer_->master_of(live);
-      if (master.defined()) write_into(next, master);
+      if (master.defined()) master.copy_(next);
     }
   }
 }
@@ -52,7 +48,7 @@ void Lookahead::load_state_dict(const StateDict& state) {
                "'; the state comes from a different model");
     DEMI_CHECK(it->second.shape() == average_[i].shape(), "Lookahead::load_state_dict: '", live_[i].first, "' has shape ",
                it->second.shape(), ", expected ", average_[i].shape());
-    write_into(it->second.to(average_[i].device()), average_[i]);
+    average_[i].copy_(it->second);
   }
 }
 

@@ -11,9 +11,6 @@
 namespace demi::optim {
 namespace {
 
-// Writes `value` into `dst`'s storage, converting to dst's dtype.
-void write_into(const Tensor& value, const Tensor& dst) { kernels(dst).cast(value.ref(), dst.ref()); }
-
 Tensor frobenius_norm(const Tensor& x) { return sqrt(sum(x * x)); }
 
 SGD::Options momentum_free(const Muon::Options& o) {
@@ -80,7 +77,7 @@ void Muon::muon_update(size_t g, size_t i, const Slot& slot, const Tensor& grad)
   // torch.optim.Muon's momentum: an exponential average (the 1 - momentum factor cancels in the
   // normalisation below, so this is also Keller Jordan's buf = momentum * buf + grad).
   Tensor& buffer = momentum_buffer(g, i);
-  write_into(buffer * o.momentum + g32 * (1.0 - o.momentum), buffer);
+  buffer.copy_(buffer * o.momentum + g32 * (1.0 - o.momentum));
   const Tensor direction = o.nesterov ? g32 * (1.0 - o.momentum) + buffer * o.momentum : buffer;
 
   const Shape& shape = slot.param.shape();
@@ -96,8 +93,8 @@ void Muon::muon_update(size_t g, size_t i, const Slot& slot, const Tensor& grad)
   if (o.normalize_weights) w = w * (std::sqrt(static_cast<double>(rows)) / (frobenius_norm(w) + 1e-30));
   if (o.weight_decay != 0.0) w = w * (1.0 - lr * o.weight_decay);
   w = w - update * adjusted_lr;
-  write_into(w, target);
-  if (slot.master.defined()) write_into(slot.master, slot.param);
+  target.copy_(w);
+  if (slot.master.defined()) slot.param.copy_(slot.master);
 }
 
 }  // namespace demi::optim

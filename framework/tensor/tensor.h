@@ -154,27 +154,27 @@ class Tensor {
   // op must have this shape, and is rounded once into this dtype). Refused on a tensor that requires
   // grad while grad mode is on, as PyTorch refuses it on leaves: use NoGradGuard (torch.no_grad()).
   // Backward refuses a tensor saved for it that was changed in place afterwards.
-  Tensor& add_(const Tensor& other, double alpha = 1.0);
-  Tensor& add_(double value);
-  Tensor& sub_(const Tensor& other, double alpha = 1.0);
-  Tensor& sub_(double value);
-  Tensor& mul_(const Tensor& other);
-  Tensor& mul_(double value);
-  Tensor& div_(const Tensor& other);
-  Tensor& div_(double value);
-  Tensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt);
+  const Tensor& add_(const Tensor& other, double alpha = 1.0) const;
+  const Tensor& add_(double value) const;
+  const Tensor& sub_(const Tensor& other, double alpha = 1.0) const;
+  const Tensor& sub_(double value) const;
+  const Tensor& mul_(const Tensor& other) const;
+  const Tensor& mul_(double value) const;
+  const Tensor& div_(const Tensor& other) const;
+  const Tensor& div_(double value) const;
+  const Tensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt) const;
   // Copies src (broadcast to this shape, converted to this dtype, moved to this device).
-  Tensor& copy_(const Tensor& src);
-  Tensor& fill_(double value);
-  Tensor& zero_() { return fill_(0.0); }
-  Tensor& operator+=(const Tensor& other) { return add_(other); }
-  Tensor& operator+=(double value) { return add_(value); }
-  Tensor& operator-=(const Tensor& other) { return sub_(other); }
-  Tensor& operator-=(double value) { return sub_(value); }
-  Tensor& operator*=(const Tensor& other) { return mul_(other); }
-  Tensor& operator*=(double value) { return mul_(value); }
-  Tensor& operator/=(const Tensor& other) { return div_(other); }
-  Tensor& operator/=(double value) { return div_(value); }
+  const Tensor& copy_(const Tensor& src) const;
+  const Tensor& fill_(double value) const;
+  const Tensor& zero_() const { return fill_(0.0); }
+  const Tensor& operator+=(const Tensor& other) const { return add_(other); }
+  const Tensor& operator+=(double value) const { return add_(value); }
+  const Tensor& operator-=(const Tensor& other) const { return sub_(other); }
+  const Tensor& operator-=(double value) const { return sub_(value); }
+  const Tensor& operator*=(const Tensor& other) const { return mul_(other); }
+  const Tensor& operator*=(double value) const { return mul_(value); }
+  const Tensor& operator/=(const Tensor& other) const { return div_(other); }
+  const Tensor& operator/=(double value) const { return div_(value); }
 
   // Tags this tensor's storage for memory_report() (parameters, gradients, optimizer state ...).
   void set_memory_category(MemoryCategory category) const;
@@ -186,8 +186,11 @@ class Tensor {
 
  private:
   void copy_to_host_as(DType dtype, void* out) const;
-  // The in-place methods' common end: checks, then writes `result` into this storage.
-  Tensor& assign_in_place(const char* op, const Tensor& result);
+  // The in-place methods: result written into this storage; a binary op or alpha * x + beta
+  // computed in place where the out-of-place op would give the same values in this dtype.
+  const Tensor& assign_in_place(const char* op, const Tensor& result) const;
+  const Tensor& binary_in_place(const char* op, backend::BinaryKind kind, const Tensor& other) const;
+  const Tensor& affine_in_place(const char* op, double alpha, double beta) const;
   std::shared_ptr<TensorImpl> impl_;
 };
 
