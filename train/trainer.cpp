@@ -291,7 +291,7 @@ double run_training(const TrainerConfig& c) {
   constexpr int64_t kLookaheadEvery = 5;
   constexpr char kLookaheadPrefix[] = "lookahead.";
   amp::GradScaler::Options so;
-  so.process_group = group;  // every rank skips together
+  if (group) so.reduce_found_inf = dist::found_inf_reduction(group);  // every rank skips together
   std::optional<double> static_scale;
   if (c.loss_scale == "dynamic") {
     so.enabled = dtype == DType::F16;  // bf16 has fp32's range: nothing to rescue

@@ -7,7 +7,6 @@
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/core/warning.h"
-#include "framework/dist/process_group.h"
 #include "framework/nn/clip_grad.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/factories.h"
@@ -67,9 +66,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   kernels(scale_).unscale_check_finite(args);
   opt.adopt_unscaled(targets);  // p.grad() is now the true gradient the step will read
   // One rank's inf must stop every rank's step: otherwise the replicas silently diverge.
-  if (options_.process_group && options_.process_group->size() > 1) {
-    options_.process_group->all_reduce(state.found_inf, dist::ReduceOp::Max);
-  }
+  if (options_.reduce_found_inf) options_.reduce_found_inf(state.found_inf);
   state.stage = Stage::Unscaled;
 }
 

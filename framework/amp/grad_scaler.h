@@ -5,6 +5,7 @@
 // once per step, in step(), to decide whether to skip.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -13,10 +14,6 @@
 
 #include "framework/optim/optimizer.h"
 #include "framework/tensor/tensor.h"
-
-namespace demi::dist {
-class ProcessGroup;
-}
 
 namespace demi::amp {
 
@@ -32,9 +29,11 @@ class GradScaler {
     std::optional<double> max_scale;
     // Warn once when this many steps in a row were skipped, or when the scale falls below 1.
     int64_t warn_after_consecutive_skips = 20;
-    // Data parallel: found_inf is all-reduced (max) over this group in unscale_, so every rank
-    // skips the same steps and the scales stay identical (as PyTorch's ShardedGradScaler).
-    std::shared_ptr<dist::ProcessGroup> process_group;
+    // Data parallel: unscale_ hands found_inf (a 0-d F32 on the device) to this hook to reduce it
+    // (max) over all ranks, so every rank skips the same steps and the scales stay identical, as
+    // PyTorch's ShardedGradScaler does with its process group. dist::found_inf_reduction(group)
+    // gives the hook; the scaler itself knows nothing of processes.
+    std::function<void(const Tensor& found_inf)> reduce_found_inf;
   };
 
   GradScaler() : GradScaler(Options{}) {}

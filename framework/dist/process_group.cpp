@@ -85,4 +85,11 @@ void abort_job(int exit_code) {
 #endif
 }
 
+std::function<void(const Tensor& found_inf)> found_inf_reduction(std::shared_ptr<ProcessGroup> group) {
+  DEMI_CHECK(group != nullptr, "found_inf_reduction: the process group is null");
+  return [group](const Tensor& found_inf) {
+    if (group->size() > 1) group->all_reduce(found_inf, ReduceOp::Max);
+  };
+}
+
 }  // namespace demi::dist

@@ -3,6 +3,7 @@
 // Every rank must call the same collectives in the same order, as with torch.distributed.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -62,5 +63,9 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend = "a
 // Ends every process of the job now (MPI_Abort): after an error on one rank, so that the others do
 // not wait forever in a collective. Does nothing when MPI is not running.
 void abort_job(int exit_code);
+
+// GradScaler::Options::reduce_found_inf for a data-parallel run: all-reduces found_inf (max) over
+// `group`, so that one rank's inf skips every rank's step (nothing to do for a group of one).
+std::function<void(const Tensor& found_inf)> found_inf_reduction(std::shared_ptr<ProcessGroup> group);
 
 }  // namespace demi::dist

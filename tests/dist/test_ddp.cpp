@@ -127,7 +127,7 @@ TEST(GradScalerInAProcessGroup, AnInfOnOneRankMakesEveryRankSkip) {
     auto net = make_net(5);
     optim::SGD opt(net->parameters(), {});
     amp::GradScaler::Options so;
-    if (share_found_inf) so.process_group = std::shared_ptr<dist::ProcessGroup>(&world(), [](auto*) {});
+    if (share_found_inf) so.reduce_found_inf = dist::found_inf_reduction(std::shared_ptr<dist::ProcessGroup>(&world(), [](auto*) {}));
     amp::GradScaler scaler(so);
     const Data d = my_half(global_batch(0));
     std::vector<Tensor> before;
@@ -167,7 +167,7 @@ TEST(DistributedDataParallel, Fp16TrainingKeepsEveryRankBitwiseIdentical) {
   o.momentum = 0.9;
   optim::SGD opt(model->parameters(), o);
   amp::GradScaler::Options so;
-  so.process_group = group;
+  so.reduce_found_inf = dist::found_inf_reduction(group);
   amp::GradScaler scaler(so);
   amp::TrainStep::Options step_options{Device::Kind::CPU, DType::F16, 0.0, 1};
   step_options.ddp = &ddp;
