@@ -138,6 +138,18 @@ struct RandomArgs {
   uint64_t seed = 0, offset = 0;
 };
 
+// How an optimizer step writes a half (fp16 / bf16) param: to nearest (ties to even), or
+// stochastically: up with probability (x - down) / (up - down), unbiased, so updates far below half
+// an ulp still move the weight on average. The uniform of element i is Philox-4x32-10 at counter
+// rounding_offset + i under key rounding_seed (backends/stochastic_rounding.h): the caller gives
+// each parameter its own seed and advances the offset every step, so a run is reproducible and a
+// resumed one continues the same stream. Float32 and float64 params ignore it.
+enum class Rounding { Nearest, Stochastic };
+struct WriteRounding {
+  Rounding mode = Rounding::Nearest;
+  uint64_t seed = 0, offset = 0;
+};
+
 // One SGD step on one parameter, in place (PyTorch's torch.optim.SGD formula):
 //   g = grad + weight_decay * p;  buf = momentum * buf + (1 - dampening) * g (buf = g on the
 //   first step);  g = nesterov ? g + momentum * buf : buf;  p -= lr * g.
@@ -148,6 +160,7 @@ struct SgdArgs {
   double lr = 0.0, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
   bool first_step = true;  // the momentum buffer is initialised from g rather than updated
+  WriteRounding rounding;  // how the result is written into a half param
 };
 
 // One AdamW step on one parameter, in place (torch.optim.AdamW, decoupled weight decay):
@@ -159,6 +172,7 @@ struct AdamWArgs {
   TensorRef param, grad, exp_avg, exp_avg_sq, master;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
   int64_t step = 1;
+  WriteRounding rounding;  // how the result is written into a half param
 };
 
 // GradScaler's fused pass over all gradients of an optimizer: out[i] = in[i] * inv_scale for every

@@ -78,7 +78,7 @@ void apply_recipe_defaults(TrainerConfig& c, const std::function<bool(const std:
   if (!given("--lookahead")) c.lookahead = true;
 }
 
-std::shared_ptr<nn::Module> make_recipe_model(const TrainerConfig& c, Generator& gen, const data::Dataset& train_set) {
+std::shared_ptr<nn::Module> make_recipe_model(const TrainerConfig& c, Generator& gen, const data::Dataset* train_set) {
   if (!airbench(c)) return models::make_model(c.model, gen);
   models::AirNetOptions options;
   options.batch_norm_eps = 1e-12;
@@ -87,7 +87,17 @@ std::shared_ptr<nn::Module> make_recipe_model(const TrainerConfig& c, Generator&
   auto net = std::make_shared<models::AirNet>(gen, options);
 
   // The stem: fixed filters that whiten 2x2 patches of the (normalised) training images. A
-  // class-balanced sample: image folders list the classes one after the other.
+  // class-balanced sample: image folders list the classes one after the other. Without images (a
+  // memory plan) the stem keeps its random filters: the same shapes, frozen the same way.
+  if (train_set) fit_whitening_stem(c, net->stem(), *train_set);
+  net->stem().weight.requires_grad_(false);
+  net->apply([](nn::Module& m) {
+    if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) bn->weight.requires_grad_(false);  // scale fixed at 1
+  });
+  return net;
+}
+
+void fit_whitening_stem(const TrainerConfig& c, nn::Conv2d& stem, const data::Dataset& train_set) {
   const int64_t count = std::min<int64_t>(kWhiteningImages, train_set.size());
   data::DataLoader::Options all;
   all.batch_size = std::max<int64_t>(1, count);
@@ -97,17 +107,8 @@ std::shared_ptr<nn::Module> make_recipe_model(const TrainerConfig& c, Generator&
   loader.start_epoch(0);
   data::Batch batch;
   DEMI_CHECK(loader.next(batch), "--recipe airbench: the training set is empty; the whitening stem needs images");
-  nn::Conv2d& stem = net->stem();
-  {
-    NoGradGuard no_grad;
-    const Tensor w = models::patch_whitening_weights(batch.images, stem.options().kernel_size, 5e-4);
-    kernels(stem.weight).cast(w.ref(), stem.weight.ref());
-  }
-  stem.weight.requires_grad_(false);
-  net->apply([](nn::Module& m) {
-    if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) bn->weight.requires_grad_(false);  // scale fixed at 1
-  });
-  return net;
+  NoGradGuard no_grad;
+  stem.weight.copy_(models::patch_whitening_weights(batch.images, stem.options().kernel_size, 5e-4));
 }
 
 // airbench-muon's groups: the filters (Muon), then the biases, the whitening bias and the head

@@ -27,8 +27,11 @@ namespace demi::train {
 void apply_recipe_defaults(TrainerConfig& c, const std::function<bool(const std::string&)>& given);
 
 // The model the recipe trains, initialised; parameters the recipe freezes have requires_grad
-// false. airbench's whitening needs the training images (the first 5,000 are used).
-std::shared_ptr<nn::Module> make_recipe_model(const TrainerConfig& c, Generator& gen, const data::Dataset& train_set);
+// false. airbench's whitening stem is fitted to train_set (a class-balanced 5,000 images); without
+// one (nullptr: a memory plan) it keeps random filters of the same shape.
+std::shared_ptr<nn::Module> make_recipe_model(const TrainerConfig& c, Generator& gen, const data::Dataset* train_set);
+// airbench's stem: filters that whiten 2x2 patches of the training images.
+void fit_whitening_stem(const TrainerConfig& c, nn::Conv2d& stem, const data::Dataset& train_set);
 
 // The optimizer's parameter groups: the trainable parameters, each group with multipliers of
 // --lr and --weight-decay.

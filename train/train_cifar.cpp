@@ -73,6 +73,10 @@ int main(int argc, char** argv) {
   app.add_option("--master-weights", c.master_weights, "with --half-params: fp32 (the optimizer steps an fp32 copy) or "
                  "none (it steps the half weights directly; updates below half an ulp are lost: for experiments)")
       ->check(CLI::IsMember({"fp32", "none"}))->capture_default_str();
+  app.add_option("--rounding", c.rounding, "with --half-params: how the optimizer writes the half weights: nearest, "
+                 "or stochastic (unbiased: small updates survive on average, so --master-weights none trains; "
+                 "SGD and AdamW)")
+      ->check(CLI::IsMember({"nearest", "stochastic"}))->capture_default_str();
   app.add_option("--loss-scale", c.loss_scale, "dynamic (GradScaler; fp16 only), none, or a fixed number")
       ->capture_default_str();
   app.add_option("--clip", c.clip, "clip the global gradient norm to this (0: off); applied to true gradients")
@@ -84,6 +88,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--resume", c.resume_dir, "continue from the checkpoint in this directory");
   app.add_flag("--eval-only", c.eval_only, "evaluate (with --resume's weights) and exit");
+  app.add_flag("--plan", c.plan, "print the memory this run would hold, by category (parameters, gradients, "
+               "optimizer state, master weights, saved activations), and exit without training");
   app.add_option("--train-subset", c.train_subset, "train on a fixed class-balanced subset of N images (0: all)")
       ->check(cli::non_negative())->capture_default_str();
   app.add_option("--test-subset", c.test_subset, "evaluate on a fixed class-balanced subset of N images (0: all)")
@@ -114,6 +120,15 @@ int main(int argc, char** argv) {
   } catch (const demi::Error& e) {
     std::cerr << "train_cifar: " << e.what() << "\n";
     return 2;
+  }
+  if (c.plan) {
+    try {
+      demi::train::print_memory_plan(c, std::cout);
+      return 0;
+    } catch (const demi::Error& e) {
+      std::cerr << "train_cifar: " << e.what() << "\n";
+      return 2;
+    }
   }
   std::signal(SIGINT, on_sigint);
   std::signal(SIGTERM, on_sigint);  // what mpirun and batch schedulers send

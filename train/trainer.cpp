@@ -45,12 +45,6 @@ std::ostream& null_stream() {
   return null;
 }
 
-DType compute_dtype(const std::string& precision) {
-  if (precision == "fp16") return DType::F16;
-  if (precision == "bf16") return DType::BF16;
-  DEMI_CHECK(precision == "fp32", "--precision: '", precision, "' is not one of fp16, bf16, fp32");
-  return DType::F32;
-}
 
 // Fractions of a gradient's elements that are exactly zero, subnormal or inf/NaN in `format`
 // (the values reached the parameter through that format, so classifying them there is exact).
@@ -180,6 +174,13 @@ void keep_records_up_to(const std::string& path, int64_t step) {
 }  // namespace
 
 
+DType compute_dtype(const std::string& precision) {
+  if (precision == "fp16") return DType::F16;
+  if (precision == "bf16") return DType::BF16;
+  DEMI_CHECK(precision == "fp32", "--precision: '", precision, "' is not one of fp16, bf16, fp32");
+  return DType::F32;
+}
+
 double run_training(const TrainerConfig& c) {
   if (!c.report_dir.empty()) {
     write_report(c.report_dir);
@@ -235,7 +236,7 @@ double run_training(const TrainerConfig& c) {
   // Model, optimizer, scaler, schedule
   Generator gen(c.seed);
   manual_seed(c.seed);
-  std::shared_ptr<nn::Module> model = make_recipe_model(c, gen, train_set);
+  std::shared_ptr<nn::Module> model = make_recipe_model(c, gen, &train_set);
   model->to(device);
   if (c.half_params) {
     DEMI_CHECK(dtype != DType::F32, "--half-params needs --precision fp16 or bf16");
@@ -245,6 +246,13 @@ double run_training(const TrainerConfig& c) {
              "' is not one of fp32, none");
   const optim::MasterWeights masters =
       c.master_weights == "fp32" ? optim::MasterWeights::Fp32 : optim::MasterWeights::None;
+  DEMI_CHECK(c.rounding == "nearest" || c.rounding == "stochastic", "--rounding: '", c.rounding,
+             "' is not one of nearest, stochastic");
+  DEMI_CHECK(c.rounding == "nearest" || c.half_params, "--rounding stochastic rounds the half weights the optimizer "
+             "writes: add --half-params (and --master-weights none to train them without fp32 masters)");
+  DEMI_CHECK(c.rounding == "nearest" || c.optimizer != "muon", "--rounding stochastic: Muon writes its matrices "
+             "through framework ops, which round to nearest; use --optimizer sgd or adamw");
+  const optim::Rounding rounding = c.rounding == "stochastic" ? optim::Rounding::Stochastic : optim::Rounding::Nearest;
   std::unique_ptr<optim::Optimizer> opt;
   const std::vector<ParamGroup> groups = parameter_groups(c, *model);
   auto sgd_options = [&](const ParamGroup& g) {
@@ -254,6 +262,8 @@ double run_training(const TrainerConfig& c) {
     o.nesterov = c.momentum > 0.0;
     o.weight_decay = c.weight_decay * g.weight_decay_scale;
     o.master_weights = masters;
+    o.rounding = rounding;
+    o.rounding_seed = c.seed;
     return o;
   };
   if (c.optimizer == "sgd") {
@@ -281,6 +291,8 @@ double run_training(const TrainerConfig& c) {
       o.lr = c.lr * g.lr_scale;
       o.weight_decay = c.weight_decay * g.weight_decay_scale;
       o.master_weights = masters;
+      o.rounding = rounding;
+      o.rounding_seed = c.seed;
       return o;
     });
   }
@@ -577,7 +589,7 @@ double run_training(const TrainerConfig& c) {
   const MemoryReport memory = memory_report(device);
   json summary = {{"model", c.model},
                   {"precision", c.precision},
-                  {"half_params", c.half_params}, {"master_weights", c.master_weights},
+                  {"half_params", c.half_params}, {"master_weights", c.master_weights}, {"rounding", c.rounding},
                   {"device", device.str()},
                   {"epochs", epochs_done},
                   {"time_s", total_time},

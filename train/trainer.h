@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <ostream>
 #include <string>
 
 #include "framework/core/device.h"
@@ -32,6 +33,7 @@ struct TrainerConfig {
   bool lookahead = false;            // airbench's lookahead averaging every 5 steps
   bool half_params = false;          // model weights in the half dtype, fp32 masters in the optimizer
   std::string master_weights = "fp32";  // fp32 | none (with half_params: step the half weights directly)
+  std::string rounding = "nearest";     // nearest | stochastic: how steps write half weights
   std::string loss_scale = "dynamic";  // dynamic | none | <number>
   double clip = 0.0;
   int accum = 1;
@@ -39,6 +41,7 @@ struct TrainerConfig {
   std::string out_dir = "runs/latest";
   std::string resume_dir;
   bool eval_only = false;
+  bool plan = false;         // print the memory plan and exit (train_cifar --plan)
   int64_t train_subset = 0;  // 0: all
   int64_t test_subset = 0;
   int threads = 0;           // 0: all cores
@@ -54,5 +57,12 @@ extern std::atomic<bool> g_stop_requested;
 
 // Runs training (or evaluation) as configured; returns the final test accuracy in [0, 1].
 double run_training(const TrainerConfig& config);
+
+// The compute dtype of --precision: float32, float16 or bfloat16.
+DType compute_dtype(const std::string& precision);
+
+// train_cifar --plan: what training with `config` will hold in memory, by category (amp::plan_memory
+// on the model as the run would build it, without loading CIFAR-10 or training), printed to `out`.
+void print_memory_plan(const TrainerConfig& config, std::ostream& out);
 
 }  // namespace demi::train

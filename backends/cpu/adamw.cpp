@@ -36,7 +36,7 @@ void adamw_typed(const AdamWArgs& args) {
       v[i] = beta2 * v[i] + one_minus_beta2 * g * g;
       p -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bias2 + eps);
       if constexpr (kMaster) master[i] = static_cast<float>(p);
-      param[i] = T(p);
+      store_param(param, i, p, args.rounding);
     }
   });
 }

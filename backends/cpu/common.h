@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "backends/kernels.h"
+#include "backends/stochastic_rounding.h"
 
 namespace demi::backend::cpu {
 
@@ -175,6 +176,22 @@ inline T round_to(double v) {
   } else {
     return static_cast<T>(v);
   }
+}
+
+// An optimizer's new value p of element i written into a param of type T: rounded once to nearest,
+// or, for the half types under Rounding::Stochastic, stochastically (backends/stochastic_rounding.h).
+template <typename T, typename C>
+inline void store_param(T* param, int64_t i, C p, const WriteRounding& r) {
+  if constexpr (std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>) {
+    if (r.mode == Rounding::Stochastic) {
+      constexpr auto format = std::is_same_v<T, Eigen::half> ? rounding::HalfFormat::F16 : rounding::HalfFormat::BF16;
+      const uint16_t bits = rounding::float_to_half_stochastic(static_cast<float>(p), format,
+                                                               rounding::rounding_uniform(r.seed, r.offset, i));
+      param[i] = Eigen::numext::bit_cast<T>(bits);
+      return;
+    }
+  }
+  param[i] = T(p);
 }
 
 }  // namespace demi::backend::cpu

@@ -31,7 +31,7 @@ void sgd_typed(const SgdArgs& args) {
       }
       p -= lr * g;
       if constexpr (kMaster) master[i] = static_cast<float>(p);
-      param[i] = T(p);
+      store_param(param, i, p, args.rounding);
     }
   });
 }

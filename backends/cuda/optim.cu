@@ -1,6 +1,6 @@
 // Fused optimizer steps on CUDA (SGD, AdamW; backends/kernels.h): one pass per parameter reads the
 // gradient, the fp32 master (when given) and the fp32 state, and writes the state and the param
-// (rounded once). The per-element math is the CPU backend's, in its order (sgd.cpp, adamw.cpp);
+// (rounded once, to nearest or stochastically). The per-element math is the CPU backend's, in its order (sgd.cpp, adamw.cpp);
 // packs of 4 elements per thread when every pointer is aligned for them, one at a time otherwise.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,6 +13,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_types.cuh"
 #include "backends/kernel_checks.h"
+#include "backends/stochastic_rounding.h"
 
 namespace demi::backend::cuda {
 
@@ -56,12 +57,30 @@ __device__ inline void load_param(const T* param, const float* master, int64_t i
   }
 }
 
+// The new value p of element i written into a param of type T: Narrow's one rounding to nearest,
+// or stochastic rounding for the half types (the CPU's store_param, the same bits).
+template <typename T, typename C>
+__device__ inline T narrow_param(C p, const WriteRounding& r, int64_t i) {
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+    if (r.mode == Rounding::Stochastic) {
+      constexpr auto format = std::is_same_v<T, __half> ? rounding::HalfFormat::F16 : rounding::HalfFormat::BF16;
+      const uint16_t bits = rounding::float_to_half_stochastic(static_cast<float>(p), format,
+                                                               rounding::rounding_uniform(r.seed, r.offset, i));
+      T out;
+      memcpy(&out, &bits, sizeof(bits));
+      return out;
+    }
+  }
+  return Narrow<T>::from(p);
+}
+
 // --- SGD ---------------------------------------------------------------------------------------
 
 template <typename C>
 struct SgdScalars {
   C lr, momentum, dampening, weight_decay;
   bool use_momentum, nesterov, first_step;
+  WriteRounding rounding;
 };
 
 // Elements [i, i + N): the step of sgd.cpp, element by element.
@@ -84,7 +103,7 @@ __device__ inline void sgd_elements(const SgdScalars<C>& s, T* param, const G* g
       g = s.nesterov ? g + s.momentum * v : v;
     }
     p[j] -= s.lr * g;
-    param_out.v[j] = Narrow<T>::from(p[j]);
+    param_out.v[j] = narrow_param<T>(p[j], s.rounding, i + j);
     master_out.v[j] = static_cast<float>(p[j]);
   }
   if (s.use_momentum) store<N>(buf + i, b);
@@ -108,6 +127,7 @@ __global__ void sgd_kernel(SgdScalars<C> s, T* param, const G* grad, C* buf, flo
 template <typename C>
 struct AdamWScalars {
   C decay, step_size, inv_sqrt_bias2, beta1, beta2, eps, one_minus_beta1, one_minus_beta2;
+  WriteRounding rounding;
 };
 
 // Elements [i, i + N): the step of adamw.cpp, element by element.
@@ -128,7 +148,7 @@ __device__ inline void adamw_elements(const AdamWScalars<C>& s, T* param, const 
     m.v[j] = s.beta1 * m.v[j] + s.one_minus_beta1 * g;
     v.v[j] = s.beta2 * v.v[j] + s.one_minus_beta2 * g * g;
     pj -= s.step_size * m.v[j] / (dmath::sqrt(v.v[j]) * s.inv_sqrt_bias2 + s.eps);
-    param_out.v[j] = Narrow<T>::from(pj);
+    param_out.v[j] = narrow_param<T>(pj, s.rounding, i + j);
     master_out.v[j] = static_cast<float>(pj);
   }
   store<N>(exp_avg + i, m);
@@ -180,6 +200,7 @@ void CudaKernels::sgd_step(const SgdArgs& args) {
       s.use_momentum = use_momentum;
       s.nesterov = args.nesterov;
       s.first_step = args.first_step;
+      s.rounding = args.rounding;
       C* buf = use_momentum ? args.momentum_buffer.as<C>() : nullptr;
       float* master = has_master ? args.master.as<float>() : nullptr;
       const bool aligned = pack_aligned<T>(param.data) && pack_aligned<G>(grad.data) && pack_aligned<C>(buf) &&
@@ -220,6 +241,7 @@ void CudaKernels::adamw_step(const AdamWArgs& args) {
       // 1 - beta in double, then rounded, as the CPU (see adamw.cpp).
       s.one_minus_beta1 = static_cast<C>(1.0 - args.beta1);
       s.one_minus_beta2 = static_cast<C>(1.0 - args.beta2);
+      s.rounding = args.rounding;
       C* exp_avg = args.exp_avg.as<C>();
       C* exp_avg_sq = args.exp_avg_sq.as<C>();
       float* master = has_master ? args.master.as<float>() : nullptr;

@@ -4,6 +4,7 @@
 #include "framework/amp/autocast.h"
 #include "framework/amp/category.h"
 #include "framework/amp/grad_scaler.h"
+#include "framework/amp/memory_plan.h"
 #include "framework/amp/train_step.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"

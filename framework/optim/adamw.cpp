@@ -43,6 +43,7 @@ void AdamW::step() {
     args.eps = o.eps;
     args.weight_decay = o.weight_decay;
     args.step = s.step;
+    args.rounding = write_rounding(g, i, o.rounding, o.rounding_seed);
     kernels(slot.param).adamw_step(args);
   });
 }
@@ -54,7 +55,7 @@ std::vector<std::pair<std::string, Tensor>> AdamW::slot_state(size_t g, size_t i
 }
 
 void AdamW::load_state_dict(const StateDict& state) {
-  size_t used = load_masters(state);
+  size_t used = load_base_state(state);
   for (size_t g = 0; g < slots_.size(); ++g) {
     for (size_t i = 0; i < slots_[g].size(); ++i) {
       const Slot& slot = slots_[g][i];

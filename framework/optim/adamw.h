@@ -20,6 +20,8 @@ class AdamW : public Optimizer {
     double eps = 1e-8;
     double weight_decay = 1e-2;
     MasterWeights master_weights = MasterWeights::Fp32;
+    Rounding rounding = Rounding::Nearest;  // how steps write half params
+    uint64_t rounding_seed = 0;             // the stochastic-rounding streams' seed
   };
 
   AdamW(const std::vector<Tensor>& params, const Options& options);

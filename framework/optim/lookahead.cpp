@@ -14,6 +14,7 @@ Lookahead::Lookahead(nn::Module& module, Optimizer* optimizer) : optimizer_(opti
       if (!t.defined() || !is_floating(t.dtype())) continue;  // BatchNorm's batch counter is not averaged
       live_.emplace_back(name, t);
       average_.push_back(t.to(DType::F32).clone());
+      average_.back().set_memory_category(MemoryCategory::OptimizerState);
     }
   }
 }

@@ -87,7 +87,11 @@ StateDict Optimizer::state_dict() const {
     for (size_t i = 0; i < slots_[g].size(); ++i) {
       const std::string key = state_key(g, i);
       for (const auto& [name, t] : slot_state(g, i)) out.emplace(key + name, t);
-      if (slots_[g][i].master.defined()) out.emplace(key + "master", slots_[g][i].master);
+      const Slot& slot = slots_[g][i];
+      if (slot.master.defined()) out.emplace(key + "master", slot.master);
+      if (slot.rounding_steps > 0) {
+        out.emplace(key + "rounding_step", full({}, static_cast<double>(slot.rounding_steps), DType::I64));
+      }
     }
   }
   return out;
@@ -104,11 +108,32 @@ Tensor Optimizer::load_state_tensor(const StateDict& state, const std::string& k
   return it->second.reshape(slot.param.shape()).to(dtype).to(slot.param.device()).clone();
 }
 
-size_t Optimizer::load_masters(const StateDict& state) {
+backend::WriteRounding Optimizer::write_rounding(size_t g, size_t i, Rounding mode, uint64_t seed) {
+  Slot& slot = slots_[g][i];
+  backend::WriteRounding r;
+  if (mode != Rounding::Stochastic || !is_half(slot.param.dtype())) return r;
+  r.mode = mode;
+  // One stream per parameter: the seed mixed with its position (splitmix64's constants), the
+  // offset its elements times the steps taken, so no two draws of a run share a counter.
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (1 + (static_cast<uint64_t>(g) << 32) + i);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  r.seed = z ^ (z >> 31);
+  r.offset = static_cast<uint64_t>(slot.rounding_steps) * static_cast<uint64_t>(slot.param.numel());
+  ++slot.rounding_steps;
+  return r;
+}
+
+size_t Optimizer::load_base_state(const StateDict& state) {
   size_t used = 0;
   for (size_t g = 0; g < slots_.size(); ++g) {
     for (size_t i = 0; i < slots_[g].size(); ++i) {
       Slot& slot = slots_[g][i];
+      auto step = state.find(state_key(g, i) + "rounding_step");
+      if (step != state.end()) {
+        slot.rounding_steps = step->second.item<int64_t>();
+        ++used;
+      }
       if (!slot.master.defined()) continue;
       Tensor master = load_state_tensor(state, state_key(g, i) + "master", slot, DType::F32, "optimizer");
       if (!master.defined()) continue;

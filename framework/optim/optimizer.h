@@ -17,6 +17,11 @@ enum class MasterWeights {
   None,  // step the half parameter directly (airbench-style; small updates round away: see docs)
 };
 
+// How a step writes a half parameter: to nearest, or stochastically (unbiased: an update far below
+// half an ulp moves the weight with the right probability, so bf16 weights train without masters;
+// backends/kernels.h). The random stream is seeded per parameter and saved with the state.
+using Rounding = backend::Rounding;
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -58,6 +63,7 @@ class Optimizer {
     Tensor param;
     Tensor master;       // fp32 copy of a half param (undefined otherwise)
     Tensor master_grad;  // fp32 unscaled gradient, written by unscale_targets() users
+    int64_t rounding_steps = 0;  // stochastic writes so far: the position in its random stream
   };
   // Registers a group's parameters (creating masters per policy); returns the group's index.
   size_t add_params(const std::vector<Tensor>& params, MasterWeights policy, const char* optimizer);
@@ -78,9 +84,13 @@ class Optimizer {
   // The named state tensors of slot i of group g (momentum_buffer; exp_avg, exp_avg_sq, step ...),
   // without the master, which state_dict() adds; empty before the parameter's first step.
   virtual std::vector<std::pair<std::string, Tensor>> slot_state(size_t group, size_t index) const = 0;
-  // Loads the masters ("<g>.<i>.master", shape-checked); returns how many keys of `state` it used,
-  // so callers can reject unexpected keys.
-  size_t load_masters(const StateDict& state);
+  // Loads what state_dict() adds to slot_state: the masters ("<g>.<i>.master", shape-checked) and
+  // the stochastic-rounding positions ("<g>.<i>.rounding_step"); returns how many keys of `state`
+  // it used, so callers can reject unexpected keys.
+  size_t load_base_state(const StateDict& state);
+  // How step writes slot i of group g: `mode` for a half param (with its own seed, mixed from
+  // `seed`, g and i, and its stream position, advanced here), to nearest for fp32 / fp64 ones.
+  backend::WriteRounding write_rounding(size_t group, size_t index, Rounding mode, uint64_t seed);
   // Loads one state tensor of a slot: copies `key` from `state` into a new tensor shaped like the
   // parameter, in `dtype` on its device (undefined when the key is absent).
   Tensor load_state_tensor(const StateDict& state, const std::string& key, const Slot& slot,

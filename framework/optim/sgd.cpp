@@ -46,6 +46,7 @@ void SGD::sgd_update(size_t g, size_t i, const Slot& slot, const Tensor& grad) {
   args.dampening = o.dampening;
   args.weight_decay = o.weight_decay;
   args.nesterov = o.nesterov;
+  args.rounding = write_rounding(g, i, o.rounding, o.rounding_seed);
   if (o.momentum != 0.0) {
     bool created = false;
     args.momentum_buffer = momentum_buffer(g, i, &created).ref();
@@ -60,7 +61,7 @@ std::vector<std::pair<std::string, Tensor>> SGD::slot_state(size_t g, size_t i) 
 }
 
 void SGD::load_state_dict(const StateDict& state) {
-  size_t used = load_masters(state);
+  size_t used = load_base_state(state);
   for (size_t g = 0; g < slots_.size(); ++g) {
     for (size_t i = 0; i < slots_[g].size(); ++i) {
       const DType dtype = slots_[g][i].param.dtype() == DType::F64 ? DType::F64 : DType::F32;

@@ -21,6 +21,8 @@ class SGD : public Optimizer {
     double weight_decay = 0.0;
     bool nesterov = false;
     MasterWeights master_weights = MasterWeights::Fp32;
+    Rounding rounding = Rounding::Nearest;  // how steps write half params
+    uint64_t rounding_seed = 0;             // the stochastic-rounding streams' seed
   };
 
   SGD(const std::vector<Tensor>& params, const Options& options);

@@ -91,7 +91,8 @@ TEST(Recipe, AirbenchMuonGroupsFiltersForMuonAndTheRestForSgd) {
   c.recipe = "airbench-muon";
   train::apply_recipe_defaults(c, [](const std::string&) { return false; });
   Generator gen(0);
-  auto model = train::make_recipe_model(c, gen, random_images(20));
+  const data::Dataset images = random_images(20);
+  auto model = train::make_recipe_model(c, gen, &images);
   const std::vector<train::ParamGroup> groups = train::parameter_groups(c, *model);
   ASSERT_EQ(groups.size(), 4u);
   // Filters: the six 3x3 convolutions (not the frozen stem), Muon with airbench94_muon's options.
@@ -125,7 +126,7 @@ TEST(Recipe, AirbenchModelHasAWhitenedFrozenStemAndFrozenBatchNormWeights) {
   train::apply_recipe_defaults(c, [](const std::string&) { return false; });
   const data::Dataset images = random_images(40);
   Generator gen(0);
-  auto model = train::make_recipe_model(c, gen, images);
+  auto model = train::make_recipe_model(c, gen, &images);
   auto* net = dynamic_cast<models::AirNet*>(model.get());
   ASSERT_NE(net, nullptr);
   EXPECT_FALSE(net->stem().weight.requires_grad());

@@ -50,4 +50,13 @@ TEST(TrainCifarCli, RangeErrorsReadAsAPersonWouldWriteThem) {
   EXPECT_THAT(word.output, HasSubstr("--lr: 'fast' is not a number"));
 }
 
+// --plan needs no data (the data dir here does not exist) and trains nothing.
+TEST(TrainCifarCli, PlanPrintsTheMemoryTableAndExits) {
+  const CliRun plan = run_train_cifar("--plan --precision bf16 --half-params --master-weights none");
+  EXPECT_EQ(plan.status, 0) << plan.output;
+  EXPECT_THAT(plan.output, HasSubstr("memory plan: SmallCNN bf16 (half params, master weights none)"));
+  EXPECT_THAT(plan.output, HasSubstr("master weights                        0.00"));
+  EXPECT_THAT(plan.output, HasSubstr("saved activations, traced at batch 1 and 2"));
+}
+
 }  // namespace
