@@ -29,6 +29,9 @@ void print_memory_plan(const TrainerConfig& c, std::ostream& out) {
   o.masters = c.master_weights == "none" ? optim::MasterWeights::None : optim::MasterWeights::Fp32;
   o.loss_scaling = dtype == DType::F16 && c.loss_scale != "none";
   o.lookahead = c.lookahead;
+  o.loss = [](const Tensor& logits) {  // the run's loss: cross-entropy (labels do not change its memory)
+    return cross_entropy(logits, zeros({logits.size(0)}, DType::I64, logits.device()));
+  };
   const amp::MemoryPlan plan = amp::plan_memory(*model, o);
 
   out << "memory plan: " << c.model << " " << c.precision << (c.half_params ? " (half params, " : " (")

@@ -35,13 +35,15 @@ void add_trainable(MemoryPlan& plan, int64_t numel, DType dtype, const MemoryPla
 }
 
 // Saved bytes of one forward pass of `model` on a batch of `batch` inputs shaped like `shape`.
-int64_t traced_saved_bytes(nn::Module& model, Shape shape, int64_t batch, DType autocast_dtype, const Device& device) {
+int64_t traced_saved_bytes(nn::Module& model, int64_t batch, const MemoryPlanOptions& o, const Device& device) {
+  Shape shape = o.input_shape;
   shape[0] = batch;
   const Tensor x = zeros(shape, DType::F32, device);
   const int64_t before = autograd::saved_tensor_stats().current_bytes;
   std::optional<AutocastGuard> autocast;
-  if (autocast_dtype != DType::F32) autocast.emplace(device.kind(), autocast_dtype);
+  if (o.autocast != DType::F32) autocast.emplace(device.kind(), o.autocast);
   const Tensor y = model(x);
+  const Tensor loss = o.loss ? o.loss(y) : Tensor();
   return autograd::saved_tensor_stats().current_bytes - before;  // y (and its graph) die on return
 }
 
@@ -81,8 +83,8 @@ MemoryPlan plan_memory(nn::Module& model, const MemoryPlanOptions& options) {
   for (const auto& [name, b] : model.named_buffers()) buffers.emplace_back(b, b.clone());
   const bool was_training = model.is_training();
   model.train();
-  const int64_t one = traced_saved_bytes(model, options.input_shape, 1, options.autocast, *device);
-  const int64_t two = traced_saved_bytes(model, options.input_shape, 2, options.autocast, *device);
+  const int64_t one = traced_saved_bytes(model, 1, options, *device);
+  const int64_t two = traced_saved_bytes(model, 2, options, *device);
   model.train(was_training);
   {
     NoGradGuard no_grad;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "framework/nn/module.h"
@@ -21,6 +22,9 @@ struct MemoryPlanOptions {
   // there). Without loss scaling (bf16) the step reads the half gradient directly.
   bool loss_scaling = false;
   bool lookahead = false;         // an fp32 running average of every parameter and buffer
+  // The loss on the model's outputs, traced with it (cross-entropy keeps its logits for backward:
+  // 8 KB an image with 2048 classes); without it only the model's own saved tensors are planned.
+  std::function<Tensor(const Tensor& outputs)> loss;
 };
 
 // Predicted peak bytes by category (memory_report()'s, less "other": temporaries and outputs come and
