@@ -54,27 +54,18 @@ std::vector<std::pair<std::string, Tensor>> AdamW::slot_state(size_t g, size_t i
   return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}, {"step", full({}, static_cast<double>(s.step), DType::I64)}};
 }
 
-void AdamW::load_state_dict(const StateDict& state) {
-  size_t used = load_base_state(state);
-  for (size_t g = 0; g < slots_.size(); ++g) {
-    for (size_t i = 0; i < slots_[g].size(); ++i) {
-      const Slot& slot = slots_[g][i];
-      const std::string key = state_key(g, i);
-      const DType dtype = slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32;
-      Tensor m = load_state_tensor(state, key + "exp_avg", slot, dtype, "AdamW");
-      Tensor v = load_state_tensor(state, key + "exp_avg_sq", slot, dtype, "AdamW");
-      auto step = state.find(key + "step");
-      if (!m.defined() && !v.defined() && step == state.end()) continue;
-      DEMI_CHECK(m.defined() && v.defined() && step != state.end(), "AdamW::load_state_dict: parameter ", key,
-                 " needs exp_avg, exp_avg_sq and step together");
-      m.set_memory_category(MemoryCategory::OptimizerState);
-      v.set_memory_category(MemoryCategory::OptimizerState);
-      state_[g][i] = State{m, v, step->second.item<int64_t>()};
-      used += 3;
-    }
-  }
-  DEMI_CHECK(used == state.size(), "AdamW::load_state_dict: ", state.size() - used, " of ", state.size(),
-             " keys match no parameter of this optimizer; was the state saved from a different model?");
+void AdamW::load_slot_state(size_t g, size_t i, std::map<std::string, Tensor>& named) {
+  const Slot& slot = slots_[g][i];
+  const DType dtype = slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const bool has_step = named.count("step") > 0;
+  const int64_t step = has_step ? named.at("step").item<int64_t>() : 0;
+  named.erase("step");
+  Tensor m = take_state(named, "exp_avg", slot, dtype);
+  Tensor v = take_state(named, "exp_avg_sq", slot, dtype);
+  if (!m.defined() && !v.defined() && !has_step) return;
+  DEMI_CHECK(m.defined() && v.defined() && has_step, "AdamW::load_state_dict: parameter ", state_key(g, i),
+             " needs exp_avg, exp_avg_sq and step together");
+  state_[g][i] = State{m, v, step};
 }
 
 }  // namespace demi::optim

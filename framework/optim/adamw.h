@@ -35,8 +35,6 @@ class AdamW : public Optimizer {
   void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
 
   std::vector<Options>& group_options() { return options_; }
-  // Restores what state_dict() gave (same parameters in the same groups); unknown keys throw.
-  void load_state_dict(const StateDict& state) override;
 
  private:
   static Options with_lr(double lr) {
@@ -46,6 +44,7 @@ class AdamW : public Optimizer {
   }
   // "exp_avg", "exp_avg_sq" and "step" (a 0-d int64 tensor) once the parameter has stepped.
   std::vector<std::pair<std::string, Tensor>> slot_state(size_t group, size_t index) const override;
+  void load_slot_state(size_t group, size_t index, std::map<std::string, Tensor>& named) override;
 
   struct State {
     Tensor exp_avg, exp_avg_sq;

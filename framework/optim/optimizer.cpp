@@ -97,15 +97,60 @@ StateDict Optimizer::state_dict() const {
   return out;
 }
 
-Tensor Optimizer::load_state_tensor(const StateDict& state, const std::string& key,
-                                    const Slot& slot, DType dtype, const char* optimizer) const {
-  auto it = state.find(key);
-  if (it == state.end()) return Tensor();
-  DEMI_CHECK(it->second.numel() == slot.param.numel(), optimizer, "::load_state_dict: '", key, "' has shape ",
-             it->second.shape(), " but its parameter has shape ", slot.param.shape(),
-             "; was the state saved from a different model?");
+Tensor Optimizer::take_state(std::map<std::string, Tensor>& named, const std::string& name, const Slot& slot,
+                             DType dtype) const {
+  auto it = named.find(name);
+  if (it == named.end()) return Tensor();
+  const Tensor saved = it->second;
+  named.erase(it);
+  DEMI_CHECK(saved.numel() == slot.param.numel(), "load_state_dict: '", name, "' has shape ", saved.shape(),
+             " but its parameter has shape ", slot.param.shape(), "; was the state saved from a different model?");
   NoGradGuard no_grad;
-  return it->second.reshape(slot.param.shape()).to(dtype).to(slot.param.device()).clone();
+  Tensor t = saved.reshape(slot.param.shape()).to(dtype).to(slot.param.device()).clone();
+  t.set_memory_category(MemoryCategory::OptimizerState);
+  return t;
+}
+
+void Optimizer::load_state_dict(const StateDict& state) {
+  // The keys by parameter position: "<group>.<index>.<name>".
+  std::vector<std::vector<std::map<std::string, Tensor>>> named(slots_.size());
+  for (size_t g = 0; g < slots_.size(); ++g) named[g].resize(slots_[g].size());
+  for (const auto& [key, t] : state) {
+    const size_t dot1 = key.find('.'), dot2 = dot1 == std::string::npos ? dot1 : key.find('.', dot1 + 1);
+    size_t g = slots_.size(), i = 0;
+    if (dot2 != std::string::npos && dot1 > 0 && dot2 > dot1 + 1 &&
+        key.find_first_not_of("0123456789") == dot1 &&
+        key.find_first_not_of("0123456789", dot1 + 1) == dot2) {
+      g = std::stoul(key.substr(0, dot1));
+      i = std::stoul(key.substr(dot1 + 1, dot2 - dot1 - 1));
+    }
+    DEMI_CHECK(g < slots_.size() && i < slots_[g].size(), "load_state_dict: key '", key, "' names no parameter of "
+               "this optimizer (", slots_.size(), " groups); was the state saved from a different model?");
+    named[g][i].emplace(key.substr(dot2 + 1), t);
+  }
+  for (size_t g = 0; g < slots_.size(); ++g) {
+    for (size_t i = 0; i < slots_[g].size(); ++i) {
+      Slot& slot = slots_[g][i];
+      std::map<std::string, Tensor>& own = named[g][i];
+      if (slot.master.defined()) {
+        Tensor master = take_state(own, "master", slot, DType::F32);
+        if (master.defined()) {
+          master.set_memory_category(MemoryCategory::MasterWeights);
+          slot.master = master;
+        }
+      }
+      auto step = own.find("rounding_step");
+      if (step != own.end()) {
+        slot.rounding_steps = step->second.item<int64_t>();
+        own.erase(step);
+      }
+      load_slot_state(g, i, own);
+      DEMI_CHECK(own.empty(), "load_state_dict: '", state_key(g, i), own.begin()->first, "' is not state this "
+                 "optimizer keeps for that parameter", own.begin()->first == "master" ? " (it has no fp32 master: "
+                 "were the parameters half when the state was saved, or master_weights different?)" : "",
+                 "; was the state saved from a different optimizer or model?");
+    }
+  }
 }
 
 backend::WriteRounding Optimizer::write_rounding(size_t g, size_t i, Rounding mode, uint64_t seed) {
@@ -122,27 +167,6 @@ backend::WriteRounding Optimizer::write_rounding(size_t g, size_t i, Rounding mo
   r.offset = static_cast<uint64_t>(slot.rounding_steps) * static_cast<uint64_t>(slot.param.numel());
   ++slot.rounding_steps;
   return r;
-}
-
-size_t Optimizer::load_base_state(const StateDict& state) {
-  size_t used = 0;
-  for (size_t g = 0; g < slots_.size(); ++g) {
-    for (size_t i = 0; i < slots_[g].size(); ++i) {
-      Slot& slot = slots_[g][i];
-      auto step = state.find(state_key(g, i) + "rounding_step");
-      if (step != state.end()) {
-        slot.rounding_steps = step->second.item<int64_t>();
-        ++used;
-      }
-      if (!slot.master.defined()) continue;
-      Tensor master = load_state_tensor(state, state_key(g, i) + "master", slot, DType::F32, "optimizer");
-      if (!master.defined()) continue;
-      master.set_memory_category(MemoryCategory::MasterWeights);
-      slot.master = master;
-      ++used;
-    }
-  }
-  return used;
 }
 
 Tensor Optimizer::step_gradient(const Slot& slot) const {

@@ -35,7 +35,7 @@ class Optimizer {
   // each parameter's state (slot_state) then its fp32 master; load_state_dict restores it into an
   // optimizer over the same parameters (unknown keys throw).
   StateDict state_dict() const;
-  virtual void load_state_dict(const StateDict& state) = 0;
+  void load_state_dict(const StateDict& state);
   // Learning rate of each param group (what schedulers drive).
   size_t num_groups() const { return slots_.size(); }
   virtual double lr(size_t group) const = 0;
@@ -84,17 +84,16 @@ class Optimizer {
   // The named state tensors of slot i of group g (momentum_buffer; exp_avg, exp_avg_sq, step ...),
   // without the master, which state_dict() adds; empty before the parameter's first step.
   virtual std::vector<std::pair<std::string, Tensor>> slot_state(size_t group, size_t index) const = 0;
-  // Loads what state_dict() adds to slot_state: the masters ("<g>.<i>.master", shape-checked) and
-  // the stochastic-rounding positions ("<g>.<i>.rounding_step"); returns how many keys of `state`
-  // it used, so callers can reject unexpected keys.
-  size_t load_base_state(const StateDict& state);
+  // Restores slot i of group g from its saved state by name (the names slot_state gave), taking
+  // (erasing) each name it uses; load_state_dict refuses whatever is left.
+  virtual void load_slot_state(size_t group, size_t index, std::map<std::string, Tensor>& named) = 0;
+  // The tensor `name` of `named` (erased from it), shape-checked against the slot's parameter and
+  // converted to `dtype` on its device; undefined when absent.
+  Tensor take_state(std::map<std::string, Tensor>& named, const std::string& name, const Slot& slot, DType dtype) const;
   // How step writes slot i of group g: `mode` for a half param (with its own seed, mixed from
   // `seed`, g and i, and its stream position, advanced here), to nearest for fp32 / fp64 ones.
   backend::WriteRounding write_rounding(size_t group, size_t index, Rounding mode, uint64_t seed);
-  // Loads one state tensor of a slot: copies `key` from `state` into a new tensor shaped like the
-  // parameter, in `dtype` on its device (undefined when the key is absent).
-  Tensor load_state_tensor(const StateDict& state, const std::string& key, const Slot& slot,
-                           DType dtype, const char* optimizer) const;
+
   std::vector<std::vector<Slot>> slots_;  // one list per param group
 };
 

@@ -60,20 +60,10 @@ std::vector<std::pair<std::string, Tensor>> SGD::slot_state(size_t g, size_t i) 
   return {{"momentum_buffer", momentum_[g][i]}};
 }
 
-void SGD::load_state_dict(const StateDict& state) {
-  size_t used = load_base_state(state);
-  for (size_t g = 0; g < slots_.size(); ++g) {
-    for (size_t i = 0; i < slots_[g].size(); ++i) {
-      const DType dtype = slots_[g][i].param.dtype() == DType::F64 ? DType::F64 : DType::F32;
-      Tensor buffer = load_state_tensor(state, state_key(g, i) + "momentum_buffer", slots_[g][i], dtype, "SGD");
-      if (!buffer.defined()) continue;
-      buffer.set_memory_category(MemoryCategory::OptimizerState);
-      momentum_[g][i] = buffer;
-      ++used;
-    }
-  }
-  DEMI_CHECK(used == state.size(), "SGD::load_state_dict: ", state.size() - used, " of ", state.size(),
-             " keys match no parameter of this optimizer; was the state saved from a different model?");
+void SGD::load_slot_state(size_t g, size_t i, std::map<std::string, Tensor>& named) {
+  const DType dtype = slots_[g][i].param.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor buffer = take_state(named, "momentum_buffer", slots_[g][i], dtype);
+  if (buffer.defined()) momentum_[g][i] = buffer;
 }
 
 }  // namespace demi::optim

@@ -38,8 +38,6 @@ class SGD : public Optimizer {
 
   // Each group's options (change lr here, as with PyTorch's param_groups).
   std::vector<Options>& group_options() { return options_; }
-  // Restores what state_dict() gave (same parameters in the same groups); unknown keys throw.
-  void load_state_dict(const StateDict& state) override;
 
  protected:
   static Options with_lr(double lr) {
@@ -56,6 +54,7 @@ class SGD : public Optimizer {
 
   // "momentum_buffer" once the parameter has stepped with momentum.
   std::vector<std::pair<std::string, Tensor>> slot_state(size_t group, size_t index) const override;
+  void load_slot_state(size_t group, size_t index, std::map<std::string, Tensor>& named) override;
 
   std::vector<Options> options_;
   std::vector<std::vector<Tensor>> momentum_;  // per slot, created on first use
