@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/isa_test.h"
 #include "backends/kernels.h"
 #include "support/host_tensor.h"
 
@@ -85,7 +86,15 @@ const BinaryCase kBinaryCases[] = {
 const BinaryKind kBinaryKinds[] = {BinaryKind::Add, BinaryKind::Sub, BinaryKind::Mul, BinaryKind::Div,
                                    BinaryKind::ReluBackward, BinaryKind::GeluBackward};
 
-TEST(CpuBinary, MatchesNaiveBroadcastReference) {
+// The tests below run once per ISA level: half <-> fp32 conversions are per-level kernels.
+class CpuBinary : public demi_test::IsaFixture<demi_test::Level> {};
+INSTANTIATE_TEST_SUITE_P(Isa, CpuBinary, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+class CpuUnary : public demi_test::IsaFixture<demi_test::Level> {};
+INSTANTIATE_TEST_SUITE_P(Isa, CpuUnary, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+class CpuCast : public demi_test::IsaFixture<demi_test::Level> {};
+INSTANTIATE_TEST_SUITE_P(Isa, CpuCast, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+
+TEST_P(CpuBinary, MatchesNaiveBroadcastReference) {
   std::mt19937 rng(1);
   for (const BinaryCase& c : kBinaryCases) {
     for (BinaryKind kind : kBinaryKinds) {
@@ -110,7 +119,7 @@ TEST(CpuBinary, MatchesNaiveBroadcastReference) {
   }
 }
 
-TEST(CpuBinary, InPlaceIntoA) {
+TEST_P(CpuBinary, InPlaceIntoA) {
   std::mt19937 rng(2);
   const BinaryCase cases[] = {{"in-place channel", {2, 3, 4, 5}, {1, 3, 1, 1}, {2, 3, 4, 5}},
                               {"in-place same shape, large", {50000}, {50000}, {50000}},
@@ -129,7 +138,7 @@ TEST(CpuBinary, InPlaceIntoA) {
   }
 }
 
-TEST(CpuBinary, RejectsBadShapesAndDtypes) {
+TEST_P(CpuBinary, RejectsBadShapesAndDtypes) {
   HostTensor a({2, 3}, DType::F32), b({3}, DType::F32), y({4, 3}, DType::F32);
   TensorRef ra = a.ref(), rb = b.ref(), ry = y.ref();
   try {
@@ -183,7 +192,7 @@ double unary_ref(const UnaryCase& c, double x) {
   return 0.0;
 }
 
-TEST(CpuUnary, MatchesNaiveReference) {
+TEST_P(CpuUnary, MatchesNaiveReference) {
   std::mt19937 rng(3);
   const Shape shapes[] = {{}, {1}, {7}, {3, 5}, {40, 1000}};
   for (const UnaryCase& c : kUnaryCases) {
@@ -206,7 +215,7 @@ TEST(CpuUnary, MatchesNaiveReference) {
   }
 }
 
-TEST(CpuUnary, SpecialValues) {
+TEST_P(CpuUnary, SpecialValues) {
   const double nan = std::nan(""), inf = INFINITY;
   for (DType dtype : kFloating) {
     SCOPED_TRACE(demi::dtype_name(dtype));
@@ -241,7 +250,7 @@ uint16_t cast_bits(double value, DType from, DType to) {
   return bits16(y);
 }
 
-TEST(CpuCast, HalfFormatFacts) {
+TEST_P(CpuCast, HalfFormatFacts) {
   for (DType from : {DType::F32, DType::F64}) {
     SCOPED_TRACE(demi::dtype_name(from));
     const double tiny = static_cast<float>(1e-8);  // exact in both sources
@@ -267,7 +276,7 @@ TEST(CpuCast, HalfFormatFacts) {
   EXPECT_EQ(cast_bits(0x1p-25 + 0x1p-60, DType::F64, DType::F16), 0x0001);
 }
 
-TEST(CpuCast, NanAndInfSurviveEveryFloatingCast) {
+TEST_P(CpuCast, NanAndInfSurviveEveryFloatingCast) {
   for (DType from : kFloating) {
     for (DType to : kFloating) {
       SCOPED_TRACE(std::string(demi::dtype_name(from)) + " -> " + demi::dtype_name(to));
@@ -283,7 +292,7 @@ TEST(CpuCast, NanAndInfSurviveEveryFloatingCast) {
   }
 }
 
-TEST(CpuCast, EveryPairRoundTripsSmallIntegers) {
+TEST_P(CpuCast, EveryPairRoundTripsSmallIntegers) {
   const DType all[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::U8};
   const double values[] = {0, 1, 2, 3, 5, 100, 255};
   for (DType from : all) {
@@ -297,7 +306,7 @@ TEST(CpuCast, EveryPairRoundTripsSmallIntegers) {
   }
 }
 
-TEST(CpuCast, FloatToIntegerTruncatesTowardZero) {
+TEST_P(CpuCast, FloatToIntegerTruncatesTowardZero) {
   for (DType from : kFloating) {
     SCOPED_TRACE(demi::dtype_name(from));
     HostTensor x({5}, from), i64({5}, DType::I64);
@@ -321,7 +330,7 @@ TEST(CpuCast, FloatToIntegerTruncatesTowardZero) {
   EXPECT_EQ(f64.get(0), 0x1p53) << "2^53 + 1 rounds to even";
 }
 
-TEST(CpuCast, RejectsValuesAnIntegerCannotHold) {
+TEST_P(CpuCast, RejectsValuesAnIntegerCannotHold) {
   HostTensor x({4}, DType::F32), i64({4}, DType::I64), u8({4}, DType::U8);
   x.set(0, 1.0);
   x.set(1, 2.0);
