@@ -64,6 +64,18 @@ struct Convert {
   void (*f32_to_bf16)(const float* src, uint16_t* dst, int64_t n);
 };
 
+// GELU's normal CDF, Phi(x) = erfc(-x / sqrt 2) / 2, with erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 +
+// z / 2) (Numerical Recipes' erfcc: relative error < 1.2e-7 everywhere; 1 + erf(x / sqrt 2) would
+// cancel for negative x), and the PDF phi(x), evaluated in double so that rounding adds nothing
+// visible in fp32. cdf[i] = Phi(x[i]); pdf[i] = phi(x[i]) when pdf is not null.
+struct Gelu {
+  void (*normal_cdf_pdf)(const float* x, float* cdf, float* pdf, int64_t n);
+};
+// P's coefficients, lowest power first, and the constants every variant uses.
+constexpr double kGeluErfc[10] = {-1.26551223, 1.00002368, 0.37409196,  0.09678418, -0.18628806,
+                                  0.27886807,  -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+constexpr double kGeluSqrtHalf = 0.70710678118654752440, kGeluInvSqrt2Pi = 0.39894228040143267794;
+
 // The bf16 GEMM (packed_gemm_bf16.h): one tile of fp32 C (rows <= mr, cols <= nr valid) = init +
 // A * B, or C += A * B, with bf16 products summed in fp32. A: mr rows of kp bf16 (row r at
 // a + r * lda, zero past k and past the valid rows); B: kp / 2 rows of bf16 pairs, "VNNI" order
@@ -92,6 +104,7 @@ struct Table {
   F32Gemm gemm;
   Winograd winograd;
   Convert convert;
+  Gelu gelu;
   Bf16Gemm bf16;  // tile == nullptr: bf16 is widened into the fp32 tile instead
   // bf16 3x3 convolutions run as direct bf16 GEMMs rather than fp32 Winograd: true where the bf16
   // tile is more than 2.25x the fp32 tile's rate (AMX), or to test the bf16 walk (scalar).
@@ -113,6 +126,7 @@ Level set_active_for_testing(Level level);
 extern const F32Gemm kGemmScalar, kGemmAvx2, kGemmAvx512;
 extern const Winograd kWinogradScalar, kWinogradAvx2, kWinogradAvx512;
 extern const Convert kConvertScalar, kConvertAvx2;
+extern const Gelu kGeluScalar, kGeluAvx2, kGeluAvx512;
 extern const Bf16Gemm kBf16Scalar, kBf16Avx512Bf16, kBf16Amx;
 // gemm_avx2.cpp's 8x8-block transpose (256-bit AVX), which the AVX-512 table shares.
 void transpose_avx2(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride);

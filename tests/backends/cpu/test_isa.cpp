@@ -267,6 +267,33 @@ TEST_P(IsaKernels, ConversionsMatchTheOracleBitForBit) {
   }
 }
 
+TEST_P(IsaKernels, GeluCdfAndPdfMatchTheOracleWithinAnUlp) {
+  std::vector<float> x = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 3.0f, -3.0f, 8.0f, -8.0f, 13.0f, -13.0f, 40.0f,
+                          -40.0f, INFINITY, -INFINITY, NAN};
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> dist(-9.0f, 9.0f);
+  for (int i = 0; i < 2000; ++i) x.push_back(dist(rng));
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (int64_t len : {n, int64_t{3}, int64_t{13}}) {  // ragged tails too
+    std::vector<float> cdf(n, -1.0f), pdf(n, -1.0f), cdf_o(n, -1.0f), pdf_o(n, -1.0f);
+    t().gelu.normal_cdf_pdf(x.data(), cdf.data(), pdf.data(), len);
+    oracle().gelu.normal_cdf_pdf(x.data(), cdf_o.data(), pdf_o.data(), len);
+    for (int64_t i = 0; i < n; ++i) {
+      SCOPED_TRACE("x = " + std::to_string(x[i]));
+      for (auto [got, want] : {std::pair{cdf[i], cdf_o[i]}, std::pair{pdf[i], pdf_o[i]}}) {
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got));
+        } else {
+          ASSERT_LE(std::fabs(got - want), std::fabs(want) * 0x1p-23f) << got << " vs " << want;
+        }
+      }
+    }
+  }
+  std::vector<float> cdf(4, -1.0f);
+  t().gelu.normal_cdf_pdf(x.data(), cdf.data(), nullptr, 4);  // no pdf asked for
+  EXPECT_NEAR(cdf[0], 0.5f, 1e-7);
+}
+
 TEST_P(IsaKernels, Bf16TileSumsExactProductsInFp32) {
   const Bf16Gemm& g = t().bf16;
   if (!g.tile) GTEST_SKIP() << level_name(GetParam()) << " has no bf16 tile: bf16 is widened into the fp32 tile";
