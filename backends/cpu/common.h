@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "backends/cpu/isa/isa.h"
@@ -88,6 +89,8 @@ void convert_n(const From* src, To* dst, int64_t n) {
     isa::active().convert.f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), n);
   } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Eigen::bfloat16>) {
     isa::active().convert.f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n);
+  } else if constexpr (std::is_same_v<From, To>) {
+    std::memcpy(dst, src, sizeof(To) * n);  // Eigen's cast<>() of bfloat16 to itself goes through float
   } else {
     Eigen::Map<Eigen::Array<To, Eigen::Dynamic, 1>>(dst, n) =
         Eigen::Map<const Eigen::Array<From, Eigen::Dynamic, 1>>(src, n).template cast<To>();

@@ -601,13 +601,12 @@ const uint16_t* bits(const BF16* p) { return reinterpret_cast<const uint16_t*>(p
 uint16_t* bits(BF16* p) { return reinterpret_cast<uint16_t*>(p); }
 
 // B of a GEMM of `cols` columns in pairs of k rows, in the calling thread's kSlotPackedCol;
-// fill(out, ldb) packs the columns, then the padding is zeroed.
+// fill(out) packs the columns, then the padding is zeroed.
 template <typename Fill>
-const uint16_t* pairs_of(int64_t k, int64_t cols, int64_t& ldb, Fill&& fill) {
-  ldb = 2 * bf::n_padded(cols);
-  uint16_t* out = thread_scratch<uint16_t>(kSlotPackedCol, bf::k_padded(k) / 2 * ldb);
-  fill(out, ldb);
-  bf::pad_b(out, ldb, k, cols);
+const uint16_t* pairs_of(int64_t k, int64_t cols, Fill&& fill) {
+  uint16_t* out = thread_scratch<uint16_t>(kSlotPackedCol, bf::b_size(k, cols));
+  fill(out);
+  bf::pad_b(out, k, cols);
   return out;
 }
 
@@ -623,7 +622,6 @@ void forward_bf16(const Conv2dArgs& a, const ConvGeom& g, const float* bias) {
     const int64_t cols = ni > 1 ? ni * plane : wk.rows * g.ow;  // the widest GEMM of this group
     BF16* col = thread_scratch<BF16>(kSlotCol, ckk * cols);
     float* y = thread_scratch<float>(kSlotImage, g.o * std::max(cols, plane));
-    int64_t ldb;
     if (ni == 1) {
       const BF16* x = input + i0 * image;
       for (int64_t oy = 0; oy < g.oh; oy += wk.rows) {
@@ -634,15 +632,15 @@ void forward_bf16(const Conv2dArgs& a, const ConvGeom& g, const float* bias) {
           im2col(x, col, g, oy, end, len);
           b = col, ld = len;
         }
-        const uint16_t* pairs = pairs_of(ckk, len, ldb, [&](uint16_t* out, int64_t n) { bf::pack_b(bits(b), ld, ckk, len, out, n, 0); });
-        bf::gemm(w, kp, g.o, ckk, pairs, ldb, len, y + oy * g.ow, plane, bias);
+        const uint16_t* pairs = pairs_of(ckk, len, [&](uint16_t* out) { bf::pack_b(bits(b), ld, ckk, len, out, 0); });
+        bf::gemm(w, kp, g.o, ckk, pairs, len, y + oy * g.ow, plane, bias);
       }
       convert_n(y, output + i0 * g.o * plane, g.o * plane);
       return;
     }
     for (int64_t k = 0; k < ni; ++k) im2col(input + (i0 + k) * image, col + k * plane, g, 0, g.oh, cols);
-    const uint16_t* pairs = pairs_of(ckk, cols, ldb, [&](uint16_t* out, int64_t n) { bf::pack_b(bits(col), cols, ckk, cols, out, n, 0); });
-    bf::gemm(w, kp, g.o, ckk, pairs, ldb, cols, y, cols, bias);
+    const uint16_t* pairs = pairs_of(ckk, cols, [&](uint16_t* out) { bf::pack_b(bits(col), cols, ckk, cols, out, 0); });
+    bf::gemm(w, kp, g.o, ckk, pairs, cols, y, cols, bias);
     for (int64_t k = 0; k < ni; ++k) {
       for (int64_t o = 0; o < g.o; ++o) convert_n(y + o * cols + k * plane, output + ((i0 + k) * g.o + o) * plane, plane);
     }
@@ -661,28 +659,27 @@ void backward_data_bf16(const Conv2dArgs& a, const ConvGeom& g) {
     const int64_t cols = ni > 1 ? ni * plane : g.pointwise() ? plane : wk.rows * g.ow;
     float* gcol = thread_scratch<float>(kSlotCol, ckk * cols);
     float* gx = thread_scratch<float>(kSlotImage, image);
-    int64_t ldb;
     if (ni == 1) {
       const BF16* gy = grad_y + i0 * g.o * plane;
       if (g.pointwise()) {
-        const uint16_t* pairs = pairs_of(g.o, plane, ldb, [&](uint16_t* out, int64_t n) { bf::pack_b(bits(gy), plane, g.o, plane, out, n, 0); });
-        bf::gemm(w, kp, ckk, g.o, pairs, ldb, plane, gx, plane, nullptr);
+        const uint16_t* pairs = pairs_of(g.o, plane, [&](uint16_t* out) { bf::pack_b(bits(gy), plane, g.o, plane, out, 0); });
+        bf::gemm(w, kp, ckk, g.o, pairs, plane, gx, plane, nullptr);
       } else {
         std::fill(gx, gx + image, 0.0f);
         for (int64_t oy = 0; oy < g.oh; oy += wk.rows) {
           const int64_t end = std::min(g.oh, oy + wk.rows), len = (end - oy) * g.ow;
-          const uint16_t* pairs = pairs_of(g.o, len, ldb, [&](uint16_t* out, int64_t n) { bf::pack_b(bits(gy + oy * g.ow), plane, g.o, len, out, n, 0); });
-          bf::gemm(w, kp, ckk, g.o, pairs, ldb, len, gcol, len, nullptr);
+          const uint16_t* pairs = pairs_of(g.o, len, [&](uint16_t* out) { bf::pack_b(bits(gy + oy * g.ow), plane, g.o, len, out, 0); });
+          bf::gemm(w, kp, ckk, g.o, pairs, len, gcol, len, nullptr);
           col2im(gcol, gx, g, oy, end, len);
         }
       }
       convert_n(gx, grad_x + i0 * image, image);
       return;
     }
-    const uint16_t* pairs = pairs_of(g.o, cols, ldb, [&](uint16_t* out, int64_t n) {
-      for (int64_t k = 0; k < ni; ++k) bf::pack_b(bits(grad_y + (i0 + k) * g.o * plane), plane, g.o, plane, out, n, k * plane);
+    const uint16_t* pairs = pairs_of(g.o, cols, [&](uint16_t* out) {
+      for (int64_t k = 0; k < ni; ++k) bf::pack_b(bits(grad_y + (i0 + k) * g.o * plane), plane, g.o, plane, out, k * plane);
     });
-    bf::gemm(w, kp, ckk, g.o, pairs, ldb, cols, gcol, cols, nullptr);
+    bf::gemm(w, kp, ckk, g.o, pairs, cols, gcol, cols, nullptr);
     for (int64_t k = 0; k < ni; ++k) {
       std::fill(gx, gx + image, 0.0f);
       col2im(gcol + k * plane, gx, g, 0, g.oh, cols);
@@ -718,9 +715,8 @@ void backward_weight_bf16(const Conv2dArgs& a, const ConvGeom& g, float* partial
     // col (lda apart) and gy (gy_ld apart) hold depth columns: accumulate.
     auto accumulate = [&](int64_t depth, int64_t lda, int64_t gy_ld) {
       bf::pad_a(bits(col), lda, ckk, depth);
-      int64_t ldb;
-      const uint16_t* pairs = pairs_of(depth, g.o, ldb, [&](uint16_t* out, int64_t n) { bf::pack_bt(bits(gy), gy_ld, depth, g.o, out, n, 0); });
-      bf::gemm(bits(col), lda, ckk, depth, pairs, ldb, g.o, partial + t * wsize, g.o, nullptr, bf::Accumulate::Yes);
+      const uint16_t* pairs = pairs_of(depth, g.o, [&](uint16_t* out) { bf::pack_bt(bits(gy), gy_ld, depth, g.o, out, 0); });
+      bf::gemm(bits(col), lda, ckk, depth, pairs, g.o, partial + t * wsize, g.o, nullptr, bf::Accumulate::Yes);
     };
     if (ni > 1) {  // the group side by side, one GEMM
       const int64_t depth = ni * plane, lda = bf::k_padded(depth), gy_ld = depth + depth % 2;

@@ -122,7 +122,7 @@ void gemm_typed(const GemmArgs& g) {
 // them, else each one's column strips are.
 void gemm_bf16(const GemmArgs& g) {
   namespace bf = packed_gemm_bf16;
-  const int64_t m = g.m, n = g.n, k = g.k, mn = m * n, kp = bf::k_padded(k), ldb = 2 * bf::n_padded(n);
+  const int64_t m = g.m, n = g.n, k = g.k, mn = m * n, kp = bf::k_padded(k);
   const bool ta = g.trans_a == Transpose::Yes, tb = g.trans_b == Transpose::Yes;
   const float* bias = g.bias.defined() ? as_compute<float>(g.bias, n, kSlotBias) : nullptr;
   const int64_t stride_c = g.batch == 1 ? mn : g.stride_c;
@@ -131,20 +131,20 @@ void gemm_bf16(const GemmArgs& g) {
   const int64_t strip = isa::active().bf16.nr, strips = (n + strip - 1) / strip;
   auto one = [&](int64_t i) {
     uint16_t* a = thread_scratch<uint16_t>(kSlotA, bf::m_padded(m) * kp);
-    uint16_t* b = thread_scratch<uint16_t>(kSlotB, kp / 2 * ldb);
+    uint16_t* b = thread_scratch<uint16_t>(kSlotB, bf::b_size(k, n));
     float* ab = thread_scratch<float>(kSlotC, mn);
     const uint16_t* a_src = g.a.as<uint16_t>() + i * g.stride_a;
     const uint16_t* b_src = g.b.as<uint16_t>() + i * g.stride_b;
     bf::pack_a(a_src, ta ? 1 : k, ta ? m : 1, m, k, a);
     if (tb) {
-      bf::pack_bt(b_src, k, k, n, b, ldb, 0);
+      bf::pack_bt(b_src, k, k, n, b, 0);
     } else {
-      bf::pack_b(b_src, n, k, n, b, ldb, 0);
+      bf::pack_b(b_src, n, k, n, b, 0);
     }
-    bf::pad_b(b, ldb, k, n);
+    bf::pad_b(b, k, n);
     auto strip_range = [&](int64_t s0, int64_t s1) {
       const int64_t c0 = s0 * strip, c1 = std::min(n, s1 * strip);
-      bf::gemm(a, kp, m, k, b + 2 * c0, ldb, c1 - c0, ab + c0, n, nullptr);
+      bf::gemm(a, kp, m, k, bf::b_columns(b, k, c0), c1 - c0, ab + c0, n, nullptr);
     };
     if (per_batch) {
       strip_range(0, strips);

@@ -6,7 +6,8 @@
 //
 // fp32 (packed_gemm): B (im2col columns, grad_y rows) is read in place, column edges masked.
 // bf16 (packed_gemm_bf16, where the level has a bf16 tile): A and B are bf16 (uint16_t bits), C fp32;
-// A in panels of rows zero-padded to the tile's k granularity, B in "VNNI" pairs of k rows (isa.h).
+// A in panels of rows zero-padded to the tile's k granularity, B in "VNNI" pairs of k rows (isa.h)
+// cut into strips of the tile's columns.
 #pragma once
 
 #include <cstdint>
@@ -47,17 +48,22 @@ void pack_a(const uint16_t* a, int64_t row_stride, int64_t col_stride, int64_t m
 // Zeroes columns [k, lda) of m rows (row stride lda) and rows [m, m_padded(m)): what pack_a would
 // have zero-filled, for an A written in place (backward-weight's im2col).
 void pad_a(uint16_t* a, int64_t lda, int64_t m, int64_t k);
-// Columns [col0, col0 + n) of a B in pairs (row stride ldb bf16 = 2 * its padded columns) from a
-// row-major k x n matrix (row stride src_ld): row j of the pairs holds (b[2j][c], b[2j + 1][c]).
-void pack_b(const uint16_t* b, int64_t src_ld, int64_t k, int64_t n, uint16_t* out, int64_t ldb, int64_t col0);
+// B (k x n) in pairs of k rows, in strips of the tile's columns (so that a tile reads one block,
+// not rows a whole matrix apart): strip s holds k_padded(k) / 2 rows of 2 * nr bf16, row j
+// (B[2j][c], B[2j + 1][c]) for the strip's columns c. b_size(k, n) bf16 in all.
+int64_t b_size(int64_t k, int64_t n);
+// The strip of column col0 (a multiple of the tile's columns), for a GEMM over columns from col0.
+const uint16_t* b_columns(const uint16_t* b, int64_t k, int64_t col0);
+// Columns [col0, col0 + n) of B in pairs from a row-major k x n matrix (row stride src_ld).
+void pack_b(const uint16_t* b, int64_t src_ld, int64_t k, int64_t n, uint16_t* out, int64_t col0);
 // The same from B's transpose: bt is n x k (row stride src_ld), B[j][c] = bt[c][j].
-void pack_bt(const uint16_t* bt, int64_t src_ld, int64_t k, int64_t n, uint16_t* out, int64_t ldb, int64_t col0);
-// Zeroes B's pair rows [ceil(k / 2), k_padded(k) / 2) and its columns [n, n_padded(n)).
-void pad_b(uint16_t* out, int64_t ldb, int64_t k, int64_t n);
+void pack_bt(const uint16_t* bt, int64_t src_ld, int64_t k, int64_t n, uint16_t* out, int64_t col0);
+// Zeroes the pair rows past k (up to k_padded(k)) and the columns [n, n_padded(n)).
+void pad_b(uint16_t* out, int64_t k, int64_t n);
 
 // C (m x n, fp32, row stride ldc) = init + A * B, or C += A * B: A as pack_a leaves it (row stride
-// lda), B in pairs (row stride ldb) padded by pad_b.
-void gemm(const uint16_t* a, int64_t lda, int64_t m, int64_t k, const uint16_t* b, int64_t ldb, int64_t n, float* c,
-          int64_t ldc, const float* init, Accumulate accumulate = Accumulate::No);
+// lda), B packed in pairs (from b_columns for a later first column) and padded by pad_b.
+void gemm(const uint16_t* a, int64_t lda, int64_t m, int64_t k, const uint16_t* b, int64_t n, float* c, int64_t ldc,
+          const float* init, Accumulate accumulate = Accumulate::No);
 
 }  // namespace demi::backend::cpu::packed_gemm_bf16
