@@ -587,15 +587,14 @@ void backward_weight_packed(const Conv2dArgs& a, const ConvGeom& g, float* parti
 // bf16 convolutions on the ISA level's bf16 tile (AMX, AVX512_BF16, or the scalar oracle): the
 // operands stay bf16 (each product exact in fp32), sums are fp32 and the output is rounded once.
 // im2col writes bf16 columns, half the bytes of fp32 ones, and packing them into pairs of k rows
-// (packed_gemm.h) is one more pass over them. 3x3 / stride 1 / padding 1 passes take this direct
-// GEMM over fp32 Winograd only where the tile is fast enough to beat Winograd's 2.25x fewer
-// multiplies (isa::Table::bf16_over_winograd): Winograd's transformed operands are not bf16 values,
-// so rounding them to bf16 would add a rounding the half contract does not allow.
+// (packed_gemm.h) is one more pass over them. Which convolutions take this path is the level's
+// isa::Bf16Route (3x3 ones only where the tile beats fp32 Winograd: AMX).
 using BF16 = Eigen::bfloat16;
 namespace bf = packed_gemm_bf16;
 
 bool use_bf16_tile(const ConvGeom& g) {
-  return bf::available() && (!use_winograd(g) || isa::active().bf16_over_winograd);
+  const isa::Bf16Route route = isa::active().bf16_route;
+  return route == isa::Bf16Route::Everything || (route == isa::Bf16Route::NonWinograd && !use_winograd(g));
 }
 const uint16_t* bits(const BF16* p) { return reinterpret_cast<const uint16_t*>(p); }
 uint16_t* bits(BF16* p) { return reinterpret_cast<uint16_t*>(p); }

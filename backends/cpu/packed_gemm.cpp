@@ -55,7 +55,7 @@ namespace {
 int64_t round_up(int64_t v, int64_t step) { return (v + step - 1) / step * step; }
 }  // namespace
 
-bool available() { return isa::active().bf16.tile != nullptr; }
+bool available() { return isa::active().bf16_route != isa::Bf16Route::Widen; }
 int64_t k_padded(int64_t k) { return round_up(std::max<int64_t>(k, 1), isa::active().bf16.kb); }
 int64_t m_padded(int64_t m) { return round_up(std::max<int64_t>(m, 1), isa::active().bf16.mr); }
 int64_t n_padded(int64_t n) { return round_up(std::max<int64_t>(n, 1), isa::active().bf16.nr); }

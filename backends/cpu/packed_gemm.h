@@ -33,7 +33,8 @@ namespace demi::backend::cpu::packed_gemm_bf16 {
 
 using packed_gemm::Accumulate;
 
-// Whether the ISA level in use has a bf16 tile (else bf16 is widened into the fp32 GEMM).
+// Whether the ISA level in use sends bf16 GEMMs to its bf16 tile (isa::Bf16Route; else bf16 is
+// widened into the fp32 GEMM).
 bool available();
 // k rounded up to the tile's k granularity: the row length of A and twice the rows of B.
 int64_t k_padded(int64_t k);

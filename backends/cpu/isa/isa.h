@@ -98,6 +98,16 @@ struct Bf16Gemm {
   void (*tile)(const Bf16TileArgs& args);
 };
 
+// Which bf16 GEMMs take the bf16 tile; the others widen bf16 into the fp32 tile (or Eigen's GEMM).
+// Winograd's 3x3 convolutions do 2.25x fewer multiplies in fp32, and their transformed operands are
+// not bf16 values (rounding them would add a rounding the half contract does not allow), so only a
+// tile well over 2.25x the fp32 rate (AMX) takes them as direct GEMMs.
+enum class Bf16Route {
+  Widen,        // the tile is not faster than fp32 here (measured: docs/BENCHMARKS.md)
+  NonWinograd,  // matmul, linear and the convolutions Winograd does not take
+  Everything,   // every bf16 GEMM and convolution (AMX; and `scalar`, to test the bf16 walk)
+};
+
 struct Table {
   Level level;
   const char* name;
@@ -105,10 +115,8 @@ struct Table {
   Winograd winograd;
   Convert convert;
   Gelu gelu;
-  Bf16Gemm bf16;  // tile == nullptr: bf16 is widened into the fp32 tile instead
-  // bf16 3x3 convolutions run as direct bf16 GEMMs rather than fp32 Winograd: true where the bf16
-  // tile is more than 2.25x the fp32 tile's rate (AMX), or to test the bf16 walk (scalar).
-  bool bf16_over_winograd;
+  Bf16Gemm bf16;  // tile == nullptr: no bf16 tile at this level
+  Bf16Route bf16_route;
 };
 
 // The table in use: chosen on first use from cpuid, lowered by DEMI_CPU_ISA. Throws demi::Error
