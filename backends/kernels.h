@@ -259,4 +259,9 @@ bool allow_tf32();
 void set_cpu_threads(int n);
 int cpu_threads();
 
+// The CPU backend's ISA level, chosen once from cpuid: "scalar", "avx2", "avx512", "avx512_bf16" or
+// "amx" (README.md, "CPU kernels"). The environment variable DEMI_CPU_ISA forces a lower level; one
+// the CPU lacks throws demi::Error naming the missing feature.
+const char* cpu_isa();
+
 }  // namespace demi::backend

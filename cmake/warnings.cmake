@@ -7,9 +7,11 @@ target_compile_options(demi_warnings INTERFACE
   $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${DEMI_WERROR}>>:-Xcompiler=-Werror --Werror=all-warnings>)
 install(TARGETS demi_warnings EXPORT demiTargets)
 
-# Vector ISA for the CPU kernels: the build machine's own by default (Eigen's GEMM is 2-3x faster
-# with AVX2+FMA than with baseline SSE2); set DEMI_MARCH to e.g. x86-64-v3 for portable binaries.
-set(DEMI_MARCH native CACHE STRING "Value of -march for the CPU backend ('' to leave the compiler's default)")
+# Baseline ISA of the CPU backend: x86-64-v3 (AVX2 + FMA + F16C; Eigen's GEMM is 2-3x faster with
+# them than with SSE2), so that a build runs on any CPU since Haswell / Zen 1. The fast kernels go
+# further at run time (backends/cpu/isa/: AVX-512, AVX512_BF16, AMX variants, chosen by cpuid).
+# -DDEMI_MARCH=native ties the binary to the build machine's CPU; '' leaves the compiler's default.
+set(DEMI_MARCH x86-64-v3 CACHE STRING "Value of -march for the CPU backend's baseline ('' for the compiler's default)")
 set(DEMI_ARCH_FLAGS "")
 if(DEMI_MARCH)
   set(DEMI_ARCH_FLAGS -march=${DEMI_MARCH})

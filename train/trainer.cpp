@@ -458,6 +458,7 @@ double run_training(const TrainerConfig& c) {
   double plain_accuracy = 0.0;  // without
   int epochs_done = first_epoch;
   out << c.model << " " << c.precision << (c.half_params ? " (half params)" : "") << " on " << device;
+  if (device.is_cpu()) out << " (" << backend::cpu_isa() << " kernels)";
   if (group) out << " x " << world << " processes (" << group->backend() << ", " << c.batch_size / world << " images each)";
   out << ", " << c.epochs << " epochs of " << steps_per_epoch << " steps, batch " << c.batch_size
       << (c.recipe != "standard" ? ", recipe " + c.recipe : std::string()) << std::endl;
@@ -590,7 +591,7 @@ double run_training(const TrainerConfig& c) {
   json summary = {{"model", c.model},
                   {"precision", c.precision},
                   {"half_params", c.half_params}, {"master_weights", c.master_weights}, {"rounding", c.rounding},
-                  {"device", device.str()},
+                  {"device", device.str()}, {"cpu_isa", backend::cpu_isa()},
                   {"epochs", epochs_done},
                   {"time_s", total_time},
                   {"images_per_s", total_time > 0 ? static_cast<double>(images_seen) / total_time : 0.0},

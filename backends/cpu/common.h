@@ -2,16 +2,15 @@
 // OpenMP parallel loop. Internal to backends/cpu.
 #pragma once
 
-#if defined(__AVX2__) && defined(__F16C__)
-#include <immintrin.h>
-#endif
 #include <omp.h>
 
 #include <Eigen/Core>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
+#include "backends/cpu/isa/isa.h"
 #include "backends/kernels.h"
 #include "backends/stochastic_rounding.h"
 
@@ -77,42 +76,22 @@ void parallel_for(int64_t n, int64_t cost_per_item, Body&& body) {
 }
 
 // Converts n elements From -> To; a half destination is rounded once, to nearest even (NaN stays
-// NaN, fp16 overflows to inf). half <-> fp32 use F16C and AVX2 directly, because Eigen 3.4's
-// cast<>() runs those element by element; other pairs go through Eigen.
+// NaN, fp16 overflows to inf). half <-> fp32 go through the ISA level's vector conversions
+// (isa/convert_<isa>.cpp), because Eigen 3.4's cast<>() runs those element by element; other pairs
+// go through Eigen.
 template <typename From, typename To>
 void convert_n(const From* src, To* dst, int64_t n) {
   if (n <= 0) return;
-  constexpr bool kHalfToFloat = std::is_same_v<To, float> && (std::is_same_v<From, Eigen::half> ||
-                                                              std::is_same_v<From, Eigen::bfloat16>);
-  constexpr bool kFloatToHalf = std::is_same_v<From, float> && (std::is_same_v<To, Eigen::half> ||
-                                                                std::is_same_v<To, Eigen::bfloat16>);
-  if constexpr (kHalfToFloat || kFloatToHalf) {
-    int64_t i = 0;
-#if defined(__AVX2__) && defined(__F16C__)
-    for (; i + 8 <= n; i += 8) {
-      if constexpr (std::is_same_v<From, Eigen::half>) {
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-      } else if constexpr (std::is_same_v<From, Eigen::bfloat16>) {
-        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_slli_epi32(w, 16));
-      } else if constexpr (std::is_same_v<To, Eigen::half>) {
-        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
-      } else {
-        // bf16: add 0x7fff plus the lowest kept bit, keep the top 16 bits; NaN -> quiet NaN.
-        const __m256 v = _mm256_loadu_ps(src + i);
-        const __m256i x = _mm256_castps_si256(v);
-        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
-        const __m256i nan = _mm256_srli_epi32(_mm256_or_si256(x, _mm256_set1_epi32(0x400000)), 16);
-        r = _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
-      }
-    }
-#endif
-    for (; i < n; ++i) dst[i] = static_cast<To>(src[i]);
+  if constexpr (std::is_same_v<From, Eigen::half> && std::is_same_v<To, float>) {
+    isa::active().convert.f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n);
+  } else if constexpr (std::is_same_v<From, Eigen::bfloat16> && std::is_same_v<To, float>) {
+    isa::active().convert.bf16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n);
+  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Eigen::half>) {
+    isa::active().convert.f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), n);
+  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Eigen::bfloat16>) {
+    isa::active().convert.f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n);
+  } else if constexpr (std::is_same_v<From, To>) {
+    std::memcpy(dst, src, sizeof(To) * n);  // Eigen's cast<>() of bfloat16 to itself goes through float
   } else {
     Eigen::Map<Eigen::Array<To, Eigen::Dynamic, 1>>(dst, n) =
         Eigen::Map<const Eigen::Array<From, Eigen::Dynamic, 1>>(src, n).template cast<To>();

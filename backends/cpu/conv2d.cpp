@@ -1,8 +1,9 @@
-// CpuKernels::conv2d_*: NCHW convolution as im2col + Eigen GEMM, one image per thread, in chunks of
-// output rows. Half inputs are widened to fp32 inside im2col (so they cost about what fp32 does)
-// and rounded once on output. backward_data is GEMM + col2im; backward_weight sums per-thread.
-// On AVX-512 the GEMMs are packed_gemm.h's, and 3x3 / stride 1 / padding 1 convolutions run all
-// three passes as Winograd F(2x2, 3x3) (winograd.h).
+// CpuKernels::conv2d_*: NCHW convolution as im2col + GEMM, images spread over threads, in chunks of
+// output rows or groups of small images. The GEMMs are packed_gemm.h's, with the tile of the ISA
+// level in use (isa/), and 3x3 / stride 1 / padding 1 convolutions run all three passes as Winograd
+// F(2x2, 3x3) (winograd.h). fp16 (and bf16 without a bf16 tile) is widened to fp32 on the way in and
+// rounded once on output; bf16 with a bf16 tile (AMX, AVX512_BF16) stays bf16 into the tile. fp64
+// (gradcheck) runs im2col + Eigen. backward_data is GEMM + col2im; backward_weight sums per thread.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/isa/isa.h"
 #include "backends/cpu/packed_gemm.h"
 #include "backends/cpu/winograd.h"
 #include "backends/kernel_checks.h"
@@ -218,7 +220,6 @@ using StridedMap = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
 template <typename T>
 using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 
-#if DEMI_PACKED_GEMM
 // How the packed path cuts a batch into GEMMs of at least kMinCols columns: chunks of output rows of
 // one image when a plane is large, groups of whole images side by side when it is small. (AirNet's
 // 7x7 planes, cut into 4-row chunks by kChunkBytes, ran as 28-column GEMMs, and backward-weight
@@ -271,12 +272,14 @@ bool use_winograd(const ConvGeom& g) {
 // How the Winograd paths walk a batch: tiles of h x w planes, images in groups of at least 384
 // tiles (the GEMMs' columns) and a whole number of groups per thread (AirNet's 7x7 layers ran
 // groups of 24, 24, 24 | 24, 24, 8 on two threads).
-// Within a group, planes with at most 8 tiles a row go through the transforms `lane_images` at a
-// time, side by side in the vector lanes (winograd.h, "Lane groups"): 4 for 7x7, 2 for 15x15.
+// Within a group, planes with at most half a vector of tiles a row go through the transforms
+// `lane_images` at a time, side by side in the vector lanes (winograd.h, "Lane groups"): with 16
+// lanes (AVX-512) 4 for 7x7 and 2 for 15x15, with 8 (AVX2) 2 for 7x7.
 struct WinogradWalk {
   int64_t h, w, th, tw, tiles, per_group, lane_images;
-  WinogradWalk(int64_t n, int64_t h_, int64_t w_, int threads)
-      : h(h_), w(w_), th(ceil_div(h_, 2)), tw(ceil_div(w_, 2)), tiles(th * tw), lane_images(tw <= 8 ? 16 / tw : 1) {
+  WinogradWalk(int64_t n, int64_t h_, int64_t w_, int threads, int64_t lanes)
+      : h(h_), w(w_), th(ceil_div(h_, 2)), tw(ceil_div(w_, 2)), tiles(th * tw),
+        lane_images(tw <= lanes / 2 ? lanes / tw : 1) {
     per_group = balanced_group(n, ceil_div(384, tiles), threads);
   }
 };
@@ -297,6 +300,7 @@ const float* as_float(const T* p, int64_t plane_size, float* wide) {
 // (winograd.h). Uses the calling thread's kSlotGradY (and kSlotWide for half inputs).
 template <typename T>
 void winograd_input(const T* input, int64_t i0, int64_t ni, int64_t ins, const WinogradWalk& wk, float* v) {
+  const isa::Winograd& wg = isa::active().winograd;
   const int64_t plane = wk.h * wk.w, cols = ni * wk.tiles, n_split = wk.tw + 1, split_rows = 2 * wk.th + 2;
   const int64_t view = split_rows * wk.lane_images * wk.tw;  // one of a lane group's four views
   float* e = thread_scratch<float>(kSlotGradY, 2 * split_rows * n_split + 4 * view);
@@ -307,21 +311,21 @@ void winograd_input(const T* input, int64_t i0, int64_t ni, int64_t ins, const W
     const int64_t images = std::min(wk.lane_images, ni - k0), lanes = images * wk.tw;
     for (int64_t c = 0; c < ins; ++c) {
       auto split = [&](int64_t k) {
-        winograd::split_columns(as_float(input + ((i0 + k) * ins + c) * plane, plane, wide), wk.h, wk.w, n_split,
+        wg.split_columns(as_float(input + ((i0 + k) * ins + c) * plane, plane, wide), wk.h, wk.w, n_split,
                                 split_rows, e, o);
       };
       float* vc = v + c * cols + k0 * wk.tiles;
       if (images == 1) {
         split(k0);
-        winograd::transform_input(winograd::one_image(e, o, n_split, wk.tw), wk.th, vc, ins * cols);
+        wg.transform_input({e, e + 1, o, o + 1, n_split, wk.tw}, wk.th, vc, ins * cols);
         continue;
       }
       float *e0 = views, *e1 = views + view, *o0 = views + 2 * view, *o1 = views + 3 * view;
       for (int64_t g = 0; g < images; ++g) {
         split(k0 + g);
-        winograd::gather_lanes(e, o, n_split, split_rows, wk.tw, g, lanes, e0, e1, o0, o1);
+        wg.gather_lanes(e, o, n_split, split_rows, wk.tw, g, lanes, e0, e1, o0, o1);
       }
-      winograd::transform_input({e0, e1, o0, o1, lanes, lanes}, wk.th, vc, ins * cols);
+      wg.transform_input({e0, e1, o0, o1, lanes, lanes}, wk.th, vc, ins * cols);
     }
   }
 }
@@ -334,7 +338,8 @@ template <typename T>
 void winograd_conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w, const float* u_packed,
                    int64_t outs, const float* bias, T* output) {
   using winograd::kPoints;
-  const WinogradWalk wk(n, h, w, omp_in_parallel() ? 1 : omp_get_max_threads());
+  const isa::Winograd& wg = isa::active().winograd;
+  const WinogradWalk wk(n, h, w, omp_in_parallel() ? 1 : omp_get_max_threads(), wg.lanes);
   const int64_t tiles = wk.tiles, plane = h * w, panel = packed_gemm::packed_size(outs, ins);
   for_each_group(n, Walk{wk.per_group, 0}, 0, [&](int64_t i0, int64_t ni) {
     const int64_t cols = ni * tiles;  // the GEMMs' columns
@@ -354,7 +359,7 @@ void winograd_conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w,
           T* y = output + ((i0 + k0 + g) * outs + o) * plane;
           planes[g] = std::is_same_v<T, float> ? reinterpret_cast<float*>(y) : wide + g * plane;
         }
-        winograd::transform_output(m + o * cols + k0 * tiles, outs * cols, h, w, wk.th, wk.tw, images,
+        wg.transform_output(m + o * cols + k0 * tiles, outs * cols, h, w, wk.th, wk.tw, images,
                                    bias ? bias[o] : 0.0f, planes);
         if constexpr (!std::is_same_v<T, float>) {
           for (int64_t g = 0; g < images; ++g) convert_n(wide + g * plane, output + ((i0 + k0 + g) * outs + o) * plane, plane);
@@ -475,7 +480,8 @@ template <typename T>
 void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* partial, double* bias_partial,
                               int threads) {
   using winograd::kPoints;
-  const WinogradWalk wk(g.n, g.h, g.w, threads);
+  const isa::Winograd& wg = isa::active().winograd;
+  const WinogradWalk wk(g.n, g.h, g.w, threads, wg.lanes);
   const int64_t ins = g.c, outs = g.o, plane = g.h * g.w, th = wk.th, tw = wk.tw, tiles = wk.tiles;
   const int64_t usize = kPoints * ins * outs;
   float* du = thread_scratch<float>(kSlotWinograd, threads * usize);  // dU^T[xi][in][out] per thread
@@ -504,9 +510,9 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
             for (int64_t i = 0; i < plane; ++i) sum += static_cast<double>(gy[i]);
             bias_partial[t * outs + o] += sum;
           }
-          winograd::split_grad_output(gy, g.h, g.w, lanes, (k - k0) * tw, split_e, split_o);
+          wg.split_grad_output(gy, g.h, g.w, lanes, (k - k0) * tw, split_e, split_o);
         }
-        winograd::transform_grad_output(split_e, split_o, th, lanes, z + o * cols + k0 * tiles, outs * cols);
+        wg.transform_grad_output(split_e, split_o, th, lanes, z + o * cols + k0 * tiles, outs * cols);
       }
     }
     float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(ins, cols));
@@ -514,7 +520,7 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
     for (int64_t xi = 0; xi < kPoints; ++xi) {
       packed_gemm::pack_a(v + xi * ins * cols, cols, 1, ins, cols, packed);
       packed_gemm::transpose(z + xi * outs * cols, cols, outs, cols, zt, outs);
-      packed_gemm::gemm(packed, ins, cols, zt, outs, outs, du + t * usize + xi * ins * outs, outs, nullptr, true);
+      packed_gemm::gemm(packed, ins, cols, zt, outs, outs, du + t * usize + xi * ins * outs, outs, nullptr, packed_gemm::Accumulate::Yes);
     }
   });
   for (int t = 1; t < threads; ++t) {
@@ -548,7 +554,7 @@ void backward_weight_packed(const Conv2dArgs& a, const ConvGeom& g, float* parti
     // depth columns of col (row stride ld) and their grad_y^T rows are ready: accumulate.
     auto accumulate = [&](const float* cols, int64_t ld, int64_t depth) {
       packed_gemm::pack_a(cols, ld, 1, ckk, depth, packed);
-      packed_gemm::gemm(packed, ckk, depth, gyt, g.o, g.o, partial + t * wsize, g.o, nullptr, true);
+      packed_gemm::gemm(packed, ckk, depth, gyt, g.o, g.o, partial + t * wsize, g.o, nullptr, packed_gemm::Accumulate::Yes);
     };
     for (int64_t k = 0; k < ni; ++k) {
       const T* x = input + (i0 + k) * image;
@@ -577,19 +583,174 @@ void backward_weight_packed(const Conv2dArgs& a, const ConvGeom& g, float* parti
     }
   });
 }
-#endif
+
+// bf16 convolutions on the ISA level's bf16 tile (AMX, AVX512_BF16, or the scalar oracle): the
+// operands stay bf16 (each product exact in fp32), sums are fp32 and the output is rounded once.
+// im2col writes bf16 columns, half the bytes of fp32 ones, and packing them into pairs of k rows
+// (packed_gemm.h) is one more pass over them. Which convolutions take this path is the level's
+// isa::Bf16Route (3x3 ones only where the tile beats fp32 Winograd: AMX).
+using BF16 = Eigen::bfloat16;
+namespace bf = packed_gemm_bf16;
+
+bool use_bf16_tile(const ConvGeom& g) {
+  const isa::Bf16Route route = isa::active().bf16_route;
+  return route == isa::Bf16Route::Everything || (route == isa::Bf16Route::NonWinograd && !use_winograd(g));
+}
+const uint16_t* bits(const BF16* p) { return reinterpret_cast<const uint16_t*>(p); }
+uint16_t* bits(BF16* p) { return reinterpret_cast<uint16_t*>(p); }
+
+// B of a GEMM of `cols` columns in pairs of k rows, in the calling thread's kSlotPackedCol;
+// fill(out) packs the columns, then the padding is zeroed.
+template <typename Fill>
+const uint16_t* pairs_of(int64_t k, int64_t cols, Fill&& fill) {
+  uint16_t* out = thread_scratch<uint16_t>(kSlotPackedCol, bf::b_size(k, cols));
+  fill(out);
+  bf::pad_b(out, k, cols);
+  return out;
+}
+
+// y = W col + bias: A is the weight (o x ckk), B the image's columns.
+void forward_bf16(const Conv2dArgs& a, const ConvGeom& g, const float* bias) {
+  const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, kp = bf::k_padded(ckk);
+  uint16_t* w = thread_scratch<uint16_t>(kSlotPacked, bf::m_padded(g.o) * kp);
+  bf::pack_a(bits(a.weight.as<BF16>()), ckk, 1, g.o, ckk, w);
+  const Walk wk = packed_walk(g);
+  const BF16* input = a.input.as<BF16>();
+  BF16* output = a.output.as<BF16>();
+  for_each_group(g.n, wk, 0, [&](int64_t i0, int64_t ni) {
+    const int64_t cols = ni > 1 ? ni * plane : wk.rows * g.ow;  // the widest GEMM of this group
+    BF16* col = thread_scratch<BF16>(kSlotCol, ckk * cols);
+    float* y = thread_scratch<float>(kSlotImage, g.o * std::max(cols, plane));
+    if (ni == 1) {
+      const BF16* x = input + i0 * image;
+      for (int64_t oy = 0; oy < g.oh; oy += wk.rows) {
+        const int64_t end = std::min(g.oh, oy + wk.rows), len = (end - oy) * g.ow;
+        const BF16* b = x + oy * g.ow;  // pointwise: the image is its own column matrix
+        int64_t ld = plane;
+        if (!g.pointwise()) {
+          im2col(x, col, g, oy, end, len);
+          b = col, ld = len;
+        }
+        const uint16_t* pairs = pairs_of(ckk, len, [&](uint16_t* out) { bf::pack_b(bits(b), ld, ckk, len, out, 0); });
+        bf::gemm(w, kp, g.o, ckk, pairs, len, y + oy * g.ow, plane, bias);
+      }
+      convert_n(y, output + i0 * g.o * plane, g.o * plane);
+      return;
+    }
+    for (int64_t k = 0; k < ni; ++k) im2col(input + (i0 + k) * image, col + k * plane, g, 0, g.oh, cols);
+    const uint16_t* pairs = pairs_of(ckk, cols, [&](uint16_t* out) { bf::pack_b(bits(col), cols, ckk, cols, out, 0); });
+    bf::gemm(w, kp, g.o, ckk, pairs, cols, y, cols, bias);
+    for (int64_t k = 0; k < ni; ++k) {
+      for (int64_t o = 0; o < g.o; ++o) convert_n(y + o * cols + k * plane, output + ((i0 + k) * g.o + o) * plane, plane);
+    }
+  });
+}
+
+// grad_col = W^T grad_y, then col2im (fp32): A is W^T (ckk x o), B grad_y's rows.
+void backward_data_bf16(const Conv2dArgs& a, const ConvGeom& g) {
+  const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, kp = bf::k_padded(g.o);
+  uint16_t* w = thread_scratch<uint16_t>(kSlotPacked, bf::m_padded(ckk) * kp);
+  bf::pack_a(bits(a.weight.as<BF16>()), 1, ckk, ckk, g.o, w);
+  const Walk wk = packed_walk(g);
+  const BF16* grad_y = a.output.as<BF16>();
+  BF16* grad_x = a.input.as<BF16>();
+  for_each_group(g.n, wk, 0, [&](int64_t i0, int64_t ni) {
+    const int64_t cols = ni > 1 ? ni * plane : g.pointwise() ? plane : wk.rows * g.ow;
+    float* gcol = thread_scratch<float>(kSlotCol, ckk * cols);
+    float* gx = thread_scratch<float>(kSlotImage, image);
+    if (ni == 1) {
+      const BF16* gy = grad_y + i0 * g.o * plane;
+      if (g.pointwise()) {
+        const uint16_t* pairs = pairs_of(g.o, plane, [&](uint16_t* out) { bf::pack_b(bits(gy), plane, g.o, plane, out, 0); });
+        bf::gemm(w, kp, ckk, g.o, pairs, plane, gx, plane, nullptr);
+      } else {
+        std::fill(gx, gx + image, 0.0f);
+        for (int64_t oy = 0; oy < g.oh; oy += wk.rows) {
+          const int64_t end = std::min(g.oh, oy + wk.rows), len = (end - oy) * g.ow;
+          const uint16_t* pairs = pairs_of(g.o, len, [&](uint16_t* out) { bf::pack_b(bits(gy + oy * g.ow), plane, g.o, len, out, 0); });
+          bf::gemm(w, kp, ckk, g.o, pairs, len, gcol, len, nullptr);
+          col2im(gcol, gx, g, oy, end, len);
+        }
+      }
+      convert_n(gx, grad_x + i0 * image, image);
+      return;
+    }
+    const uint16_t* pairs = pairs_of(g.o, cols, [&](uint16_t* out) {
+      for (int64_t k = 0; k < ni; ++k) bf::pack_b(bits(grad_y + (i0 + k) * g.o * plane), plane, g.o, plane, out, k * plane);
+    });
+    bf::gemm(w, kp, ckk, g.o, pairs, cols, gcol, cols, nullptr);
+    for (int64_t k = 0; k < ni; ++k) {
+      std::fill(gx, gx + image, 0.0f);
+      col2im(gcol + k * plane, gx, g, 0, g.oh, cols);
+      convert_n(gx, grad_x + (i0 + k) * image, image);
+    }
+  });
+}
+
+// grad_w^T (ckk x o) += col (ckk x depth) grad_y^T (depth x o) into the calling thread's partial:
+// im2col writes A in place (rows of k_padded(depth)), grad_y is gathered into rows of an even
+// length so that its pairs are 32-bit words to transpose.
+void backward_weight_bf16(const Conv2dArgs& a, const ConvGeom& g, float* partial, double* bias_partial, int threads) {
+  const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, wsize = g.o * ckk;
+  const Walk wk = packed_walk(g);
+  const BF16* input = a.input.as<BF16>();
+  const BF16* grad_y = a.output.as<BF16>();
+  const bool want_bias = a.bias.defined();
+  for_each_group(g.n, wk, threads, [&](int64_t i0, int64_t ni) {
+    const int t = threads > 1 ? omp_get_thread_num() : 0;
+    const int64_t max_depth = std::max(ni * plane, wk.rows * g.ow), max_lda = bf::k_padded(max_depth);
+    BF16* col = thread_scratch<BF16>(kSlotCol, bf::m_padded(ckk) * max_lda);
+    BF16* gy = thread_scratch<BF16>(kSlotGradYT, g.o * (max_depth + 1));
+    if (want_bias) {
+      for (int64_t k = 0; k < ni; ++k) {
+        for (int64_t o = 0; o < g.o; ++o) {
+          const BF16* p = grad_y + ((i0 + k) * g.o + o) * plane;
+          double sum = 0.0;
+          for (int64_t i = 0; i < plane; ++i) sum += static_cast<double>(static_cast<float>(p[i]));
+          bias_partial[t * g.o + o] += sum;
+        }
+      }
+    }
+    // col (lda apart) and gy (gy_ld apart) hold depth columns: accumulate.
+    auto accumulate = [&](int64_t depth, int64_t lda, int64_t gy_ld) {
+      bf::pad_a(bits(col), lda, ckk, depth);
+      const uint16_t* pairs = pairs_of(depth, g.o, [&](uint16_t* out) { bf::pack_bt(bits(gy), gy_ld, depth, g.o, out, 0); });
+      bf::gemm(bits(col), lda, ckk, depth, pairs, g.o, partial + t * wsize, g.o, nullptr, bf::Accumulate::Yes);
+    };
+    if (ni > 1) {  // the group side by side, one GEMM
+      const int64_t depth = ni * plane, lda = bf::k_padded(depth), gy_ld = depth + depth % 2;
+      for (int64_t k = 0; k < ni; ++k) {
+        im2col(input + (i0 + k) * image, col + k * plane, g, 0, g.oh, lda);
+        for (int64_t o = 0; o < g.o; ++o) {
+          std::copy_n(grad_y + ((i0 + k) * g.o + o) * plane, plane, gy + o * gy_ld + k * plane);
+        }
+      }
+      accumulate(depth, lda, gy_ld);
+      return;
+    }
+    const BF16* x = input + i0 * image;
+    for (int64_t oy = 0; oy < g.oh; oy += wk.rows) {
+      const int64_t end = std::min(g.oh, oy + wk.rows), len = (end - oy) * g.ow, lda = bf::k_padded(len);
+      const int64_t gy_ld = len + len % 2;
+      im2col(x, col, g, oy, end, lda);
+      for (int64_t o = 0; o < g.o; ++o) std::copy_n(grad_y + (i0 * g.o + o) * plane + oy * g.ow, len, gy + o * gy_ld);
+      accumulate(len, lda, gy_ld);
+    }
+  });
+}
 
 template <typename T>
 void forward(const Conv2dArgs& a, const ConvGeom& g) {
   using Acc = acc_t<T>;
+  if constexpr (std::is_same_v<T, BF16>) {
+    if (use_bf16_tile(g)) return forward_bf16(a, g, bias_as<float>(a.bias, g.o));
+  }
   const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, rows = chunk_rows<Acc>(g);
   const ConstMatrixMap<Acc> w(widen<T, Acc>(a.weight.as<T>(), g.o * ckk, kSlotWeight), g.o, ckk);
   const Acc* bias = bias_as<Acc>(a.bias, g.o);
   const T* input = a.input.as<T>();
   T* output = a.output.as<T>();
-#if DEMI_PACKED_GEMM
   if constexpr (std::is_same_v<Acc, float>) return forward_packed<T>(a, g, w.data(), bias);
-#endif
   for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
     const T* x = input + i * image;
     Acc* y = result_buffer<T, Acc>(output + i * g.o * plane, g.o * plane, kSlotImage);
@@ -624,13 +785,14 @@ void forward(const Conv2dArgs& a, const ConvGeom& g) {
 template <typename T>
 void backward_data(const Conv2dArgs& a, const ConvGeom& g) {
   using Acc = acc_t<T>;
+  if constexpr (std::is_same_v<T, BF16>) {
+    if (use_bf16_tile(g)) return backward_data_bf16(a, g);
+  }
   const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, rows = chunk_rows<Acc>(g);
   const ConstMatrixMap<Acc> w(widen<T, Acc>(a.weight.as<T>(), g.o * ckk, kSlotWeight), g.o, ckk);
   const T* grad_y = a.output.as<T>();
   T* grad_x = a.input.as<T>();
-#if DEMI_PACKED_GEMM
   if constexpr (std::is_same_v<Acc, float>) return backward_data_packed<T>(a, g, w.data());
-#endif
   for_each_image(g.n, image_threads(g.n), [&](int64_t i) {
     const Acc* gy = widen<T, Acc>(grad_y + i * g.o * plane, g.o * plane, kSlotGradY);
     Acc* gx = result_buffer<T, Acc>(grad_x + i * image, image, kSlotImage);
@@ -666,16 +828,16 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   const T* input = a.input.as<T>();
   const T* grad_y = a.output.as<T>();
   bool transposed = false;  // the packed path sums grad_w^T
-#if DEMI_PACKED_GEMM
   if constexpr (std::is_same_v<Acc, float>) {
-    if (use_winograd(g)) {
+    if (std::is_same_v<T, BF16> && use_bf16_tile(g)) {
+      backward_weight_bf16(a, g, partial, bias_partial, threads);
+    } else if (use_winograd(g)) {
       backward_weight_winograd<T>(a, g, partial, bias_partial, threads);
     } else {
       backward_weight_packed<T>(a, g, partial, bias_partial, threads);
     }
     transposed = true;
   }
-#endif
   if (!transposed) {
     for_each_image(g.n, threads, [&](int64_t i) {
       const int t = threads > 1 ? omp_get_thread_num() : 0;

@@ -109,35 +109,10 @@ void map_unary(const T* x, T* y, int64_t n, int64_t cost, Op op) {
   });
 }
 
-// GELU on fp32 (and on half types through fp32) evaluates the normal CDF as
-// Phi(x) = erfc(-x / sqrt 2) / 2 with a vectorised erfc of relative error < 1.2e-7 everywhere (the
-// Chebyshev fit of Numerical Recipes' erfcc: erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2)),
-// in double so that rounding adds nothing visible in fp32. 1 + erf(x / sqrt 2) would cancel for
-// negative x, and libm's scalar erf made GELU 11% of an AirNet step. fp64 keeps std::erf.
+// GELU on fp32 (and on half types through fp32): the normal CDF and PDF come from the ISA level's
+// vectorised kernel (isa::Gelu: erfc in double, relative error < 1.2e-7); libm's scalar erf made
+// GELU 11% of an AirNet step. fp64 keeps std::erf.
 constexpr int64_t kGeluBlock = 256;
-
-// cdf[i] = Phi(x[i]) and, when pdf is given, pdf[i] = phi(x[i]), for n <= kGeluBlock.
-void normal_cdf_pdf(const float* x, float* cdf, float* pdf, int64_t n) {
-  using Array = Eigen::Array<double, Eigen::Dynamic, 1>;
-  alignas(64) double xd[kGeluBlock], z[kGeluBlock], t[kGeluBlock], h[kGeluBlock];
-  for (int64_t i = 0; i < n; ++i) xd[i] = x[i];  // plain loops: Eigen's cast did not vectorise here
-  Eigen::Map<const Array> X(xd, n);
-  Eigen::Map<Array> Z(z, n), T(t, n), H(h, n);
-  Z = X.abs() * kSqrtHalf;
-  T = (1.0 + 0.5 * Z).inverse();
-  H = -1.26551223 +
-      T * (1.00002368 +
-           T * (0.37409196 +
-                T * (0.09678418 +
-                     T * (-0.18628806 +
-                          T * (0.27886807 + T * (-1.13520398 + T * (1.48851587 + T * (-0.82215223 + T * 0.17087277))))))));
-  H = 0.5 * T * (H - Z.square()).exp();  // erfc(|x| / sqrt 2) / 2 = Phi(-|x|)
-  for (int64_t i = 0; i < n; ++i) cdf[i] = static_cast<float>(xd[i] < 0 ? h[i] : 1.0 - h[i]);
-  if (pdf) {
-    H = (-Z.square()).exp() * kInvSqrt2Pi;
-    for (int64_t i = 0; i < n; ++i) pdf[i] = static_cast<float>(h[i]);
-  }
-}
 
 // y = gelu(x), or with g given y = g * gelu'(x) = g * (Phi(x) + x phi(x)).
 template <typename T>
@@ -147,7 +122,7 @@ void gelu_float(const T* x, const T* g, T* y, int64_t n) {
     for (int64_t s = begin; s < end; s += kGeluBlock) {
       const int64_t len = std::min(kGeluBlock, end - s);
       convert_n(x + s, xb, len);
-      normal_cdf_pdf(xb, cdf, g ? pdf : nullptr, len);
+      isa::active().gelu.normal_cdf_pdf(xb, cdf, g ? pdf : nullptr, len);
       if (g) {
         convert_n(g + s, gb, len);
         for (int64_t i = 0; i < len; ++i) xb[i] = gb[i] * (cdf[i] + xb[i] * pdf[i]);

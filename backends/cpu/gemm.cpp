@@ -1,10 +1,13 @@
 // CpuKernels::gemm: batched row-major C = alpha * op(A) op(B) + beta * C (+ bias) on Eigen's GEMM.
 // fp32/fp64 operands are mapped in place (transposes are Eigen views, no copies); half operands are
-// widened to fp32 once, multiplied by one sgemm and rounded once into C, as tensor cores do.
+// widened to fp32 once, multiplied by one sgemm and rounded once into C, as tensor cores do. bf16
+// operands go to the ISA level's bf16 tile instead where it has one (AMX, AVX512_BF16).
 #include <type_traits>
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/isa/isa.h"
+#include "backends/cpu/packed_gemm.h"
 #include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
@@ -113,11 +116,78 @@ void gemm_typed(const GemmArgs& g) {
   }
 }
 
+// bf16 A and B on the ISA level's bf16 tile (packed_gemm.h): A packed into panels, B into pairs
+// of k rows, A B formed in fp32 (each bf16 product exact), alpha, beta * C and bias applied in fp32
+// and the result rounded into C once. Products are spread over threads when there are enough of
+// them, else each one's column strips are.
+void gemm_bf16(const GemmArgs& g) {
+  namespace bf = packed_gemm_bf16;
+  const int64_t m = g.m, n = g.n, k = g.k, mn = m * n, kp = bf::k_padded(k);
+  const bool ta = g.trans_a == Transpose::Yes, tb = g.trans_b == Transpose::Yes;
+  const float* bias = g.bias.defined() ? as_compute<float>(g.bias, n, kSlotBias) : nullptr;
+  const int64_t stride_c = g.batch == 1 ? mn : g.stride_c;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const bool per_batch = g.batch >= threads;
+  const int64_t strip = isa::active().bf16.nr, strips = (n + strip - 1) / strip;
+  auto one = [&](int64_t i) {
+    uint16_t* a = thread_scratch<uint16_t>(kSlotA, bf::m_padded(m) * kp);
+    uint16_t* b = thread_scratch<uint16_t>(kSlotB, bf::b_size(k, n));
+    float* ab = thread_scratch<float>(kSlotC, mn);
+    const uint16_t* a_src = g.a.as<uint16_t>() + i * g.stride_a;
+    const uint16_t* b_src = g.b.as<uint16_t>() + i * g.stride_b;
+    bf::pack_a(a_src, ta ? 1 : k, ta ? m : 1, m, k, a);
+    if (tb) {
+      bf::pack_bt(b_src, k, k, n, b, 0);
+    } else {
+      bf::pack_b(b_src, n, k, n, b, 0);
+    }
+    bf::pad_b(b, k, n);
+    auto strip_range = [&](int64_t s0, int64_t s1) {
+      const int64_t c0 = s0 * strip, c1 = std::min(n, s1 * strip);
+      bf::gemm(a, kp, m, k, bf::b_columns(b, k, c0), c1 - c0, ab + c0, n, nullptr);
+    };
+    if (per_batch) {
+      strip_range(0, strips);
+    } else {
+      parallel_for(strips, m * k * strip, strip_range);
+    }
+    dispatch_floating(g.c.dtype, "gemm", [&](auto tag) {
+      using S = decltype(tag);
+      S* c = g.c.as<S>() + i * stride_c;
+      auto finish = [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          float* row = ab + r * n;
+          for (int64_t j = 0; j < n; ++j) {
+            float v = static_cast<float>(g.alpha) * row[j];
+            if (g.beta != 0.0) v += static_cast<float>(g.beta) * static_cast<float>(c[r * n + j]);
+            row[j] = bias ? v + bias[j] : v;
+          }
+          convert_n(row, c + r * n, n);
+        }
+      };
+      if (per_batch) {
+        finish(0, m);
+      } else {
+        parallel_for(m, n, finish);
+      }
+    });
+  };
+  if (g.batch > 1 && per_batch && threads > 1) {
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t i = 0; i < g.batch; ++i) one(i);
+  } else {
+    for (int64_t i = 0; i < g.batch; ++i) one(i);
+  }
+}
+
 }  // namespace
 
 void CpuKernels::gemm(const GemmArgs& args) {
   check_gemm(args);
   if (args.m == 0 || args.n == 0) return;
+  if (args.a.dtype == DType::BF16 && args.c.dtype != DType::F64 && packed_gemm_bf16::available() && args.k > 0) {
+    return gemm_bf16(args);
+  }
   // fp64 anywhere means a gradcheck: compute in fp64. Otherwise fp32, half types included.
   if (args.a.dtype == DType::F64 || args.c.dtype == DType::F64) {
     gemm_typed<double>(args);

@@ -62,7 +62,8 @@ def main():
 
     threads = sorted({r.get("threads") for r in demi_runs + torch_runs})
     versions = sorted({r.get("torch", "?") for r in torch_runs})
-    where = "CPU, threads " + str(threads) if a.device == "cpu" else "CUDA"
+    isas = sorted({r.get("cpu_isa", "?") for r in demi_runs})  # demi's CPU kernels (DEMI_CPU_ISA)
+    where = f"CPU, threads {threads}, demi kernels {', '.join(isas)}" if a.device == "cpu" else "CUDA"
     print(f"\ndemi vs PyTorch {', '.join(versions) or '(no torch results)'}, {where}; "
           f"one training step, median of timed steps (higher img/s is better)")
     header = f"{'net':9s} {'precision':9s} {'batch':>5s} {'demi img/s':>11s} {'torch img/s':>12s} {'torch mode':>10s} " \
@@ -84,7 +85,7 @@ def main():
                            "torch_img_s": t[0] if t else None, "torch_mode": t[1] if t else None, "ratio": ratio})
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"torch": versions, "threads": threads, "rows": merged}, f, indent=1)
+            json.dump({"torch": versions, "threads": threads, "cpu_isa": isas, "rows": merged}, f, indent=1)
     return 0
 
 

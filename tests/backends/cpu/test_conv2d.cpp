@@ -1,5 +1,6 @@
 // Pins CpuKernels::conv2d_forward / backward_data / backward_weight (backends/cpu/conv2d.cpp) to
-// naive fp64 loops over a table of shapes (kernels 1..7, strides, padding, batch 1) in every dtype.
+// naive fp64 loops over a table of shapes (kernels 1..7, strides, padding, batch 1) in every dtype,
+// once per ISA level (the level's GEMM tile, Winograd transforms, conversions and bf16 tile).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/isa_test.h"
 #include "backends/kernels.h"
 #include "support/host_tensor.h"
 
@@ -146,16 +148,22 @@ void run_case(const Case& cs, DType dtype) {
   }
 }
 
-class Conv2dParity : public ::testing::TestWithParam<DType> {};
+using demi_test::Level;
+class Conv2dParity : public demi_test::IsaFixture<std::tuple<Level, DType>> {};
 
 TEST_P(Conv2dParity, MatchesFp64Reference) {
-  for (const Case& c : kCases) run_case(c, GetParam());
+  for (const Case& c : kCases) run_case(c, std::get<1>(GetParam()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, Conv2dParity, ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16),
-                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(IsaDtypes, Conv2dParity,
+                         ::testing::Combine(::testing::ValuesIn(demi_test::isa_levels()),
+                                            ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16)),
+                         demi_test::isa_dtype_name);
 
-TEST(Conv2dHalf, BiasAddedBeforeTheOneRounding) {
+class Conv2dHalf : public demi_test::IsaFixture<Level> {};
+INSTANTIATE_TEST_SUITE_P(Isa, Conv2dHalf, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+
+TEST_P(Conv2dHalf, BiasAddedBeforeTheOneRounding) {
   // 1x1 conv over 2 channels: 2^-11 + 2^-22 plus bias 1 is just above the tie between 1 and
   // 1 + 2^-10, so rounding once gives 1 + 2^-10; rounding the product first would give 1.
   HostTensor x(DType::F16, {1, 2, 1, 1}), w(DType::F16, {1, 2, 1, 1}), b(DType::F16, {1}), y(DType::F16, {1, 1, 1, 1});
@@ -167,7 +175,53 @@ TEST(Conv2dHalf, BiasAddedBeforeTheOneRounding) {
   EXPECT_EQ(y.get(0), 1.0 + std::ldexp(1.0, -10));
 }
 
-TEST(Conv2dHalf, OverflowBecomesInf) {
+TEST_P(Conv2dHalf, Bf16BiasAddedBeforeTheOneRounding) {
+  // 2^-8 + 2^-17 plus bias 1 is just above the tie between 1 and 1 + 2^-7 (bf16's step at 1):
+  // rounded once, 1 + 2^-7; rounding the sum of products to bf16 first gives the tie, then 1.
+  HostTensor x(DType::BF16, {1, 2, 1, 1}), w(DType::BF16, {1, 2, 1, 1}), b(DType::BF16, {1}), y(DType::BF16, {1, 1, 1, 1});
+  x.set(0, std::ldexp(1.0, -8)), x.set(1, std::ldexp(1.0, -17));
+  w.fill(1.0), b.fill(1.0);
+  Conv2dArgs args;
+  args.input = x.ref(), args.weight = w.ref(), args.output = y.ref(), args.bias = b.ref();
+  kernels_for(Device::cpu()).conv2d_forward(args);
+  EXPECT_EQ(y.get(0), 1.0 + std::ldexp(1.0, -7));
+}
+
+TEST_P(Conv2dHalf, Bf16AccumulatesInFp32InEveryPass) {
+  // A 3x3 convolution (Winograd-shaped: 16 channels each way, or the bf16 tile's direct GEMM) whose
+  // only nonzero tap is the centre: each output sums 1 and eight 2^-8. Added one by one in bf16
+  // each 2^-8 is a tie that rounds back to 1; in fp32 the sum is 1 + 2^-5, exact in bf16.
+  const int64_t c = 16, o = 16, hw = 4;
+  HostTensor x(DType::BF16, {1, c, hw, hw}), w(DType::BF16, {o, c, 3, 3}), y(DType::BF16, {1, o, hw, hw});
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int64_t ch = i / (hw * hw);
+    x.set(i, ch == 0 ? 1.0 : ch <= 8 ? std::ldexp(1.0, -8) : 0.0);
+  }
+  for (int64_t i = 0; i < w.numel(); ++i) w.set(i, i % 9 == 4 ? 1.0 : 0.0);
+  Conv2dArgs args;
+  args.stride_h = args.stride_w = args.pad_h = args.pad_w = 1;
+  args.input = x.ref(), args.weight = w.ref(), args.output = y.ref();
+  Kernels& k = kernels_for(Device::cpu());
+  k.conv2d_forward(args);
+  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.get(i), 1.0 + std::ldexp(1.0, -5)) << "y[" << i << "]";
+  // backward-data is the same sum with the roles of o and c swapped: grad_y laid out like x.
+  HostTensor gx(DType::BF16, x.shape);
+  args.input = gx.ref(), args.output = x.ref();
+  k.conv2d_backward_data(args);
+  for (int64_t i = 0; i < gx.numel(); ++i) ASSERT_EQ(gx.get(i), 1.0 + std::ldexp(1.0, -5)) << "grad_x[" << i << "]";
+  // backward-weight sums over positions: grad_y 1 at one pixel and 2^-8 at eight others, x = 1.
+  HostTensor ones(DType::BF16, x.shape), gy(DType::BF16, y.shape), gw(DType::BF16, w.shape);
+  ones.fill(1.0);
+  for (int64_t i = 0; i < gy.numel(); ++i) {
+    const int64_t p = i % (hw * hw);
+    gy.set(i, p == 5 ? 1.0 : p <= 8 ? std::ldexp(1.0, -8) : 0.0);  // 1 and eight 2^-8 per plane
+  }
+  args.input = ones.ref(), args.output = gy.ref(), args.weight = gw.ref();
+  k.conv2d_backward_weight(args);
+  ASSERT_EQ(gw.get(4), 1.0 + std::ldexp(1.0, -5)) << "grad_w centre tap";
+}
+
+TEST_P(Conv2dHalf, OverflowBecomesInf) {
   HostTensor x(DType::F16, {1, 1, 1, 1}), w(DType::F16, {1, 1, 1, 1}), y(DType::F16, {1, 1, 1, 1});
   x.fill(256), w.fill(256);
   Conv2dArgs args;

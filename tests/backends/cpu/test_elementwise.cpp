@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/isa_test.h"
 #include "backends/kernels.h"
 #include "support/host_tensor.h"
 
@@ -94,7 +95,15 @@ const BinaryKind kBinaryKinds[] = {BinaryKind::Add, BinaryKind::Sub, BinaryKind:
                                    BinaryKind::Ne, BinaryKind::Lt, BinaryKind::Le, BinaryKind::Gt,
                                    BinaryKind::Ge};
 
-TEST(CpuBinary, MatchesNaiveBroadcastReference) {
+// The tests below run once per ISA level: half <-> fp32 conversions are per-level kernels.
+class CpuBinary : public demi_test::IsaFixture<demi_test::Level> {};
+INSTANTIATE_TEST_SUITE_P(Isa, CpuBinary, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+class CpuUnary : public demi_test::IsaFixture<demi_test::Level> {};
+INSTANTIATE_TEST_SUITE_P(Isa, CpuUnary, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+class CpuCast : public demi_test::IsaFixture<demi_test::Level> {};
+INSTANTIATE_TEST_SUITE_P(Isa, CpuCast, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+
+TEST_P(CpuBinary, MatchesNaiveBroadcastReference) {
   std::mt19937 rng(1);
   for (const BinaryCase& c : kBinaryCases) {
     for (BinaryKind kind : kBinaryKinds) {
@@ -121,7 +130,7 @@ TEST(CpuBinary, MatchesNaiveBroadcastReference) {
 
 // Random operands are almost never equal: the comparisons also on ties, signed zeros, infinities
 // and NaN (unequal to everything, itself included).
-TEST(CpuBinary, ComparisonsOnTiesInfinitiesAndNaN) {
+TEST_P(CpuBinary, ComparisonsOnTiesInfinitiesAndNaN) {
   const double nan = std::nan(""), inf = INFINITY;
   const std::vector<double> a = {1.0, 1.0, 2.0, -0.0, inf, -inf, nan, nan, 0.5};
   const std::vector<double> b = {1.0, 2.0, 1.0, 0.0, inf, inf, 1.0, nan, 0.5};
@@ -143,7 +152,7 @@ TEST(CpuBinary, ComparisonsOnTiesInfinitiesAndNaN) {
   }
 }
 
-TEST(CpuBinary, InPlaceIntoA) {
+TEST_P(CpuBinary, InPlaceIntoA) {
   std::mt19937 rng(2);
   const BinaryCase cases[] = {{"in-place channel", {2, 3, 4, 5}, {1, 3, 1, 1}, {2, 3, 4, 5}},
                               {"in-place same shape, large", {50000}, {50000}, {50000}},
@@ -162,7 +171,7 @@ TEST(CpuBinary, InPlaceIntoA) {
   }
 }
 
-TEST(CpuBinary, RejectsBadShapesAndDtypes) {
+TEST_P(CpuBinary, RejectsBadShapesAndDtypes) {
   HostTensor a({2, 3}, DType::F32), b({3}, DType::F32), y({4, 3}, DType::F32);
   TensorRef ra = a.ref(), rb = b.ref(), ry = y.ref();
   try {
@@ -220,7 +229,7 @@ double unary_ref(const UnaryCase& c, double x) {
   return 0.0;
 }
 
-TEST(CpuUnary, MatchesNaiveReference) {
+TEST_P(CpuUnary, MatchesNaiveReference) {
   std::mt19937 rng(3);
   const Shape shapes[] = {{}, {1}, {7}, {3, 5}, {40, 1000}};
   for (const UnaryCase& c : kUnaryCases) {
@@ -243,7 +252,7 @@ TEST(CpuUnary, MatchesNaiveReference) {
   }
 }
 
-TEST(CpuUnary, SpecialValues) {
+TEST_P(CpuUnary, SpecialValues) {
   const double nan = std::nan(""), inf = INFINITY;
   for (DType dtype : kFloating) {
     SCOPED_TRACE(demi::dtype_name(dtype));
@@ -280,7 +289,7 @@ uint16_t cast_bits(double value, DType from, DType to) {
   return bits16(y);
 }
 
-TEST(CpuCast, HalfFormatFacts) {
+TEST_P(CpuCast, HalfFormatFacts) {
   for (DType from : {DType::F32, DType::F64}) {
     SCOPED_TRACE(demi::dtype_name(from));
     const double tiny = static_cast<float>(1e-8);  // exact in both sources
@@ -306,7 +315,7 @@ TEST(CpuCast, HalfFormatFacts) {
   EXPECT_EQ(cast_bits(0x1p-25 + 0x1p-60, DType::F64, DType::F16), 0x0001);
 }
 
-TEST(CpuCast, NanAndInfSurviveEveryFloatingCast) {
+TEST_P(CpuCast, NanAndInfSurviveEveryFloatingCast) {
   for (DType from : kFloating) {
     for (DType to : kFloating) {
       SCOPED_TRACE(std::string(demi::dtype_name(from)) + " -> " + demi::dtype_name(to));
@@ -322,7 +331,7 @@ TEST(CpuCast, NanAndInfSurviveEveryFloatingCast) {
   }
 }
 
-TEST(CpuCast, EveryPairRoundTripsSmallIntegers) {
+TEST_P(CpuCast, EveryPairRoundTripsSmallIntegers) {
   const DType all[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::U8};
   const double values[] = {0, 1, 2, 3, 5, 100, 255};
   for (DType from : all) {
@@ -336,7 +345,7 @@ TEST(CpuCast, EveryPairRoundTripsSmallIntegers) {
   }
 }
 
-TEST(CpuCast, FloatToIntegerTruncatesTowardZero) {
+TEST_P(CpuCast, FloatToIntegerTruncatesTowardZero) {
   for (DType from : kFloating) {
     SCOPED_TRACE(demi::dtype_name(from));
     HostTensor x({5}, from), i64({5}, DType::I64);
@@ -360,7 +369,7 @@ TEST(CpuCast, FloatToIntegerTruncatesTowardZero) {
   EXPECT_EQ(f64.get(0), 0x1p53) << "2^53 + 1 rounds to even";
 }
 
-TEST(CpuCast, RejectsValuesAnIntegerCannotHold) {
+TEST_P(CpuCast, RejectsValuesAnIntegerCannotHold) {
   HostTensor x({4}, DType::F32), i64({4}, DType::I64), u8({4}, DType::U8);
   x.set(0, 1.0);
   x.set(1, 2.0);

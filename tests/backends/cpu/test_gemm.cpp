@@ -1,5 +1,6 @@
 // Pins CpuKernels::gemm (backends/cpu/gemm.cpp) to a naive fp64 loop over a table of shapes,
 // transposes, batches and dtypes, and checks the half contract: fp32 accumulation, one rounding.
+// Every case runs once per ISA level (bf16 takes the level's bf16 tile where it has one).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/isa_test.h"
 #include "backends/kernels.h"
 #include "support/host_tensor.h"
 
@@ -119,14 +121,17 @@ const Case kCases[] = {
     {"wide_c_batch_beta", 10, 12, 14, 4, true, false, false, true, false, 1.0, 1.0, true},
 };
 
-class GemmParity : public ::testing::TestWithParam<DType> {};
+using demi_test::Level;
+class GemmParity : public demi_test::IsaFixture<std::tuple<Level, DType>> {};
 
 TEST_P(GemmParity, MatchesFp64Reference) {
-  for (const Case& c : kCases) run_case(c, GetParam());
+  for (const Case& c : kCases) run_case(c, std::get<1>(GetParam()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, GemmParity, ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16),
-                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(IsaDtypes, GemmParity,
+                         ::testing::Combine(::testing::ValuesIn(demi_test::isa_levels()),
+                                            ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16)),
+                         demi_test::isa_dtype_name);
 
 // Small helper for the exact tests: C = A @ B with 1-row A and 1-column B, beta * C_old added.
 double dot_half(DType dtype, const std::vector<double>& a, const std::vector<double>& b, double c_old = 0,
@@ -147,7 +152,10 @@ double dot_half(DType dtype, const std::vector<double>& a, const std::vector<dou
   return cb.get(0);
 }
 
-TEST(GemmHalf, AccumulatesInFp32) {
+class GemmHalf : public demi_test::IsaFixture<Level> {};
+INSTANTIATE_TEST_SUITE_P(Isa, GemmHalf, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+
+TEST_P(GemmHalf, AccumulatesInFp32) {
   // 1 + 8 * 2^-11: added one by one in fp16 each 2^-11 is a tie that rounds back to 1; in fp32
   // the sum is 1 + 2^-8, exact in fp16.
   std::vector<double> a(9, std::ldexp(1.0, -11)), b(9, 1.0);
@@ -161,7 +169,7 @@ TEST(GemmHalf, AccumulatesInFp32) {
   EXPECT_EQ(dot_half(DType::F16, {200, 200, -200}, {200, 200, 200}), 40000.0);
 }
 
-TEST(GemmHalf, RoundsOnceWithBeta) {
+TEST_P(GemmHalf, RoundsOnceWithBeta) {
   // A @ B = 2^-11 + 2^-22. Rounded once with beta * C = 1: 1 + 2^-11 + 2^-22 (exact in fp32) is
   // just above the tie, so 1 + 2^-10. Rounding A @ B to fp16 first gives 2^-11 (a tie to even),
   // then the tie 1 + 2^-11 rounds to even: 1.
@@ -169,7 +177,7 @@ TEST(GemmHalf, RoundsOnceWithBeta) {
   EXPECT_EQ(got, 1.0 + std::ldexp(1.0, -10));
 }
 
-TEST(GemmHalf, OverflowBecomesInf) {
+TEST_P(GemmHalf, OverflowBecomesInf) {
   EXPECT_EQ(dot_half(DType::F16, {256}, {256}), INFINITY);  // 65536 > 65504
   EXPECT_EQ(dot_half(DType::F16, {-256}, {256}), -INFINITY);
   EXPECT_EQ(dot_half(DType::F16, {255}, {256}), 65280.0);  // the largest product below the limit

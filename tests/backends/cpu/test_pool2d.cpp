@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/isa_test.h"
 #include "backends/kernels.h"
 #include "support/host_tensor.h"
 
@@ -116,17 +117,20 @@ void run_case(const Case& cs, PoolKind kind, DType dtype) {
   expect_close(gx, ref_gx, "grad_x");
 }
 
-class Pool2dParity : public ::testing::TestWithParam<DType> {};
+// Once per ISA level: half inputs are widened and rounded by per-level conversion kernels.
+class Pool2dParity : public demi_test::IsaFixture<std::tuple<demi_test::Level, DType>> {};
 
 TEST_P(Pool2dParity, MatchesFp64Reference) {
   for (const Case& c : kCases) {
-    run_case(c, PoolKind::Max, GetParam());
-    run_case(c, PoolKind::Avg, GetParam());
+    run_case(c, PoolKind::Max, std::get<1>(GetParam()));
+    run_case(c, PoolKind::Avg, std::get<1>(GetParam()));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, Pool2dParity, ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16),
-                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(IsaDtypes, Pool2dParity,
+                         ::testing::Combine(::testing::ValuesIn(demi_test::isa_levels()),
+                                            ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16)),
+                         demi_test::isa_dtype_name);
 
 TEST(Pool2d, MaxPropagatesNanAndSkipsPadding) {
   // Window 3x3, padding 1 on a 2x2 input of negative values: padding must not win as 0.
@@ -170,7 +174,10 @@ TEST(Pool2d, TwoByTwoPicksFirstMaximumOrFirstNan) {
   }
 }
 
-TEST(Pool2dHalf, OverlappingGradientsRoundOnce) {
+class Pool2dHalf : public demi_test::IsaFixture<demi_test::Level> {};
+INSTANTIATE_TEST_SUITE_P(Isa, Pool2dHalf, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+
+TEST_P(Pool2dHalf, OverlappingGradientsRoundOnce) {
   // Three windows (kernel 1x3, stride 1 on 1x5) all pick the middle element. Their gradients
   // 1 + 2^-11 + 2^-11 sum exactly to 1 + 2^-10 in fp32; added one by one in fp16 each 2^-11 is a
   // tie that rounds back to 1.

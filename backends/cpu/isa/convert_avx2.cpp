@@ -1,0 +1,57 @@
+// half <-> fp32 conversions with F16C and AVX2 (compiled with -mavx2 -mf16c), 8 values a step; the
+// last n % 8 go through the scalar entries. Eigen 3.4's cast<>() runs these element by element.
+#include <immintrin.h>
+
+#include "backends/cpu/isa/isa.h"
+
+namespace demi::backend::cpu::isa {
+namespace {
+
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
+  kConvertScalar.f16_to_f32(src + i, dst + i, n - i);
+}
+
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_slli_epi32(w, 16));
+  }
+  kConvertScalar.bf16_to_f32(src + i, dst + i, n - i);
+}
+
+void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  kConvertScalar.f32_to_f16(src + i, dst + i, n - i);
+}
+
+// Adds 0x7fff plus the lowest kept bit and keeps the top 16 bits; NaN -> quiet NaN. (AVX512_BF16's
+// vcvtneps2bf16 would flush subnormals to zero, which one rounding to nearest even does not.)
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(src + i);
+    const __m256i x = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i nan = _mm256_srli_epi32(_mm256_or_si256(x, _mm256_set1_epi32(0x400000)), 16);
+    r = _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+  }
+  kConvertScalar.f32_to_bf16(src + i, dst + i, n - i);
+}
+
+}  // namespace
+
+extern const Convert kConvertAvx2 = {f16_to_f32, bf16_to_f32, f32_to_f16, f32_to_bf16};
+
+}  // namespace demi::backend::cpu::isa

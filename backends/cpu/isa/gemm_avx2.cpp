@@ -1,0 +1,104 @@
+// The packed fp32 GEMM tile on AVX2 + FMA (compiled with -mavx2 -mfma): 4 rows x 24 columns, 12 ymm
+// accumulators + 3 B vectors + 1 broadcast fill the 16 registers; 4-row panels divide every channel
+// count of SmallCNN and AirNet. Also the 8x8-block transpose the AVX-512 table shares.
+#include <immintrin.h>
+
+#include "backends/cpu/isa/isa.h"
+#include "backends/cpu/isa/lane_mask.h"
+
+namespace demi::backend::cpu::isa {
+namespace {
+
+constexpr int64_t kRows = 4, kLanes = 8;
+
+// V vectors of 8 columns; kEdge: the last vector holds fewer than 8 valid columns (masked).
+template <int V, bool kEdge>
+void tile(const F32TileArgs& t) {
+  const __m256i last = lane_mask(t.cols - kLanes * (V - 1));
+  auto load = [&](const float* p, int v) { return kEdge && v == V - 1 ? _mm256_maskload_ps(p, last) : _mm256_loadu_ps(p); };
+  __m256 acc[kRows][V];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    const __m256 start = t.init && !t.accumulate && r < t.rows ? _mm256_set1_ps(t.init[r]) : _mm256_setzero_ps();
+#pragma GCC unroll 3
+    for (int v = 0; v < V; ++v) acc[r][v] = start;
+  }
+  for (int64_t j = 0; j < t.k; ++j) {
+    const float* brow = t.b + j * t.ldb;
+    __m256 bv[V];
+#pragma GCC unroll 3
+    for (int v = 0; v < V; ++v) bv[v] = load(brow + kLanes * v, v);
+    const float* ap = t.a_panel + j * kRows;
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 av = _mm256_broadcast_ss(ap + r);
+#pragma GCC unroll 3
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  // Constant bounds with a break, so that acc is indexed by constants only and stays in registers.
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= t.rows) break;
+#pragma GCC unroll 3
+    for (int v = 0; v < V; ++v) {
+      float* out = t.c + r * t.ldc + kLanes * v;
+      const __m256 sum = t.accumulate ? _mm256_add_ps(acc[r][v], load(out, v)) : acc[r][v];
+      if (kEdge && v == V - 1) {
+        _mm256_maskstore_ps(out, last, sum);
+      } else {
+        _mm256_storeu_ps(out, sum);
+      }
+    }
+  }
+}
+
+void tile_entry(const F32TileArgs& t) {
+  if (t.cols > 16) {
+    t.cols == 24 ? tile<3, false>(t) : tile<3, true>(t);
+  } else if (t.cols > 8) {
+    t.cols == 16 ? tile<2, false>(t) : tile<2, true>(t);
+  } else {
+    t.cols == 8 ? tile<1, false>(t) : tile<1, true>(t);
+  }
+}
+
+// dst[j * dst_stride + i] = src[i * src_stride + j] for an 8 x 8 block.
+void transpose8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // r_i[0] r_i+1[0] r_i[1] r_i+1[1] | [4], [5]
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // the same for columns 2, 3 | 6, 7
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));          // column 0 | 4 of 4 rows
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));      // column 1 | 5
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));  // column 2 | 6
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));  // column 3 | 7
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+}  // namespace
+
+void transpose_avx2(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride) {
+  int64_t i0 = 0;
+  for (; i0 + 8 <= m; i0 += 8) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) transpose8x8(src + i0 * src_stride + j, src_stride, dst + j * dst_stride + i0, dst_stride);
+    for (; j < n; ++j) {
+      for (int64_t i = i0; i < i0 + 8; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
+    }
+  }
+  for (int64_t i = i0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) dst[j * dst_stride + i] = src[i * src_stride + j];
+  }
+}
+
+extern const F32Gemm kGemmAvx2 = {kRows, 3 * kLanes, tile_entry, transpose_avx2};
+
+}  // namespace demi::backend::cpu::isa

@@ -1,0 +1,74 @@
+// Plain C++ GEMM tiles: the oracle the vector tiles are tested against, and the `scalar` level.
+// Same contracts as the vector entries (isa.h), any tile shape; the bf16 tile takes kb = 32, as
+// AMX does, so that the bf16 walk's k padding runs on every machine.
+#include <cstring>
+
+#include "backends/cpu/isa/isa.h"
+
+namespace demi::backend::cpu::isa {
+namespace {
+
+constexpr int64_t kMr = 8, kNr = 16;         // fp32 tile
+constexpr int64_t kBfMr = 16, kBfNr = 16;    // bf16 tile
+
+void f32_tile(const F32TileArgs& t) {
+  float acc[kMr][kNr];
+  for (int64_t r = 0; r < kMr; ++r) {
+    const float start = t.init && !t.accumulate && r < t.rows ? t.init[r] : 0.0f;
+    for (int64_t c = 0; c < kNr; ++c) acc[r][c] = start;
+  }
+  for (int64_t j = 0; j < t.k; ++j) {
+    const float* brow = t.b + j * t.ldb;
+    for (int64_t r = 0; r < t.rows; ++r) {
+      const float a = t.a_panel[j * kMr + r];
+      for (int64_t c = 0; c < t.cols; ++c) acc[r][c] += a * brow[c];
+    }
+  }
+  for (int64_t r = 0; r < t.rows; ++r) {
+    float* out = t.c + r * t.ldc;
+    for (int64_t c = 0; c < t.cols; ++c) out[c] = t.accumulate ? out[c] + acc[r][c] : acc[r][c];
+  }
+}
+
+void transpose(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) dst[j * dst_stride + i] = src[i * src_stride + j];
+  }
+}
+
+float bf16_value(uint16_t bits) {
+  const uint32_t wide = uint32_t{bits} << 16;
+  float f;
+  std::memcpy(&f, &wide, 4);
+  return f;
+}
+
+// Each bf16 x bf16 product is exact in fp32; the sum is fp32, pair by pair as vdpbf16ps adds them.
+void bf16_tile(const Bf16TileArgs& t) {
+  float acc[kBfMr][kBfNr];
+  for (int64_t r = 0; r < kBfMr; ++r) {
+    const float start = t.init && !t.accumulate && r < t.rows ? t.init[r] : 0.0f;
+    for (int64_t c = 0; c < kBfNr; ++c) acc[r][c] = start;
+  }
+  for (int64_t j = 0; j < t.kp / 2; ++j) {
+    const uint16_t* brow = t.b + j * t.ldb;
+    for (int64_t r = 0; r < t.rows; ++r) {
+      const float a0 = bf16_value(t.a[r * t.lda + 2 * j]), a1 = bf16_value(t.a[r * t.lda + 2 * j + 1]);
+      for (int64_t c = 0; c < t.cols; ++c) {
+        acc[r][c] += a1 * bf16_value(brow[2 * c + 1]);
+        acc[r][c] += a0 * bf16_value(brow[2 * c]);
+      }
+    }
+  }
+  for (int64_t r = 0; r < t.rows; ++r) {
+    float* out = t.c + r * t.ldc;
+    for (int64_t c = 0; c < t.cols; ++c) out[c] = t.accumulate ? out[c] + acc[r][c] : acc[r][c];
+  }
+}
+
+}  // namespace
+
+extern const F32Gemm kGemmScalar = {kMr, kNr, f32_tile, transpose};
+extern const Bf16Gemm kBf16Scalar = {kBfMr, kBfNr, 32, nullptr, bf16_tile};
+
+}  // namespace demi::backend::cpu::isa

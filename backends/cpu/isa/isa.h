@@ -1,0 +1,142 @@
+// The CPU backend's microkernels, one table of function pointers per ISA level, chosen once at
+// start-up from cpuid (select.cpp). Each variant file (isa/<family>_<isa>.cpp) is compiled with its
+// own flags and fills one part of a table; the algorithms (walks, packing, Winograd order) live
+// above, in backends/cpu, and take their tile shapes from the table.
+//
+// Only types and declarations here, no inline functions: this header is included by TUs compiled
+// with AVX-512 and AMX flags, and an inline function instantiated there could be the copy the
+// linker keeps for baseline TUs too (SIGILL on an AVX2 machine). Half values are uint16_t bits.
+#pragma once
+
+#include <cstdint>
+
+namespace demi::backend::cpu::isa {
+
+// Ordered: each level needs everything the ones below it need.
+enum class Level { Scalar, Avx2, Avx512, Avx512Bf16, Amx };
+constexpr int kNumLevels = 5;
+
+// The packed fp32 GEMM (packed_gemm.h): one tile of C (rows <= mr, cols <= nr valid) = init (one value
+// per row, or 0) + A (one panel: mr values per step of k, packed) * B (k rows, row stride ldb);
+// with `accumulate`, C += A * B (summed in registers first, then added to C once).
+struct F32TileArgs {
+  const float* a_panel;
+  const float* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  int64_t k, rows, cols;
+  const float* init;
+  bool accumulate;
+};
+struct F32Gemm {
+  int64_t mr, nr;  // rows of A per packed panel, widest column tile
+  void (*tile)(const F32TileArgs& args);
+  // dst[j * dst_stride + i] = src[i * src_stride + j] for an m x n src (also moves 32-bit pairs of
+  // bf16 values: the entries only move bits).
+  void (*transpose)(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride);
+};
+
+// Winograd F(2x2, 3x3) transforms (winograd.h has the layouts). `lanes` is the vector width in
+// floats: lane groups of small planes fill it (images * tw <= lanes).
+struct SplitLanes {
+  const float *e0, *e1, *o0, *o1;
+  int64_t stride, lanes;
+};
+struct Winograd {
+  int64_t lanes;
+  void (*split_columns)(const float* x, int64_t h, int64_t w, int64_t n, int64_t rows, float* e, float* o);
+  // Only for lane groups (images > 1): tw <= lanes / 2.
+  void (*gather_lanes)(const float* e, const float* o, int64_t n, int64_t rows, int64_t tw, int64_t g, int64_t lanes,
+                       float* e0, float* e1, float* o0, float* o1);
+  void (*transform_input)(const SplitLanes& s, int64_t th, float* v, int64_t ld);
+  void (*transform_output)(const float* m, int64_t ld, int64_t oh, int64_t ow, int64_t th, int64_t tw, int64_t images,
+                           float bias, float* const* y);
+  void (*split_grad_output)(const float* gy, int64_t oh, int64_t ow, int64_t lanes, int64_t lane0, float* e, float* o);
+  void (*transform_grad_output)(const float* e, const float* o, int64_t th, int64_t lanes, float* z, int64_t ld);
+};
+
+// half <-> fp32 for n values; to half rounds to nearest even (NaN stays NaN, fp16 overflows to inf).
+struct Convert {
+  void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+  void (*bf16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+  void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n);
+  void (*f32_to_bf16)(const float* src, uint16_t* dst, int64_t n);
+};
+
+// GELU's normal CDF, Phi(x) = erfc(-x / sqrt 2) / 2, with erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 +
+// z / 2) (Numerical Recipes' erfcc: relative error < 1.2e-7 everywhere; 1 + erf(x / sqrt 2) would
+// cancel for negative x), and the PDF phi(x), evaluated in double so that rounding adds nothing
+// visible in fp32. cdf[i] = Phi(x[i]); pdf[i] = phi(x[i]) when pdf is not null.
+struct Gelu {
+  void (*normal_cdf_pdf)(const float* x, float* cdf, float* pdf, int64_t n);
+};
+// P's coefficients, lowest power first, and the constants every variant uses.
+constexpr double kGeluErfc[10] = {-1.26551223, 1.00002368, 0.37409196,  0.09678418, -0.18628806,
+                                  0.27886807,  -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+constexpr double kGeluSqrtHalf = 0.70710678118654752440, kGeluInvSqrt2Pi = 0.39894228040143267794;
+
+// The bf16 GEMM (packed_gemm_bf16.h): one tile of fp32 C (rows <= mr, cols <= nr valid) = init +
+// A * B, or C += A * B, with bf16 products summed in fp32. A: mr rows of kp bf16 (row r at
+// a + r * lda, zero past k and past the valid rows); B: kp / 2 rows of bf16 pairs, "VNNI" order
+// (row j holds (B[2j][n], B[2j + 1][n]) for each column n; row stride ldb bf16), readable for
+// ceil(cols / nr) * nr columns, zero in the rows past k. kp is a multiple of kb.
+struct Bf16TileArgs {
+  const uint16_t* a;
+  int64_t lda;
+  const uint16_t* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  int64_t kp, rows, cols;
+  const float* init;
+  bool accumulate;
+};
+struct Bf16Gemm {
+  int64_t mr, nr, kb;  // tile rows and columns, granularity of k
+  void (*prepare)();   // once per thread before a run of tiles (AMX: loads the tile configuration)
+  void (*tile)(const Bf16TileArgs& args);
+};
+
+// Which bf16 GEMMs take the bf16 tile; the others widen bf16 into the fp32 tile (or Eigen's GEMM).
+// Winograd's 3x3 convolutions do 2.25x fewer multiplies in fp32, and their transformed operands are
+// not bf16 values (rounding them would add a rounding the half contract does not allow), so only a
+// tile well over 2.25x the fp32 rate (AMX) takes them as direct GEMMs.
+enum class Bf16Route {
+  Widen,        // the tile is not faster than fp32 here (measured: docs/BENCHMARKS.md)
+  NonWinograd,  // matmul, linear and the convolutions Winograd does not take
+  Everything,   // every bf16 GEMM and convolution (AMX; and `scalar`, to test the bf16 walk)
+};
+
+struct Table {
+  Level level;
+  const char* name;
+  F32Gemm gemm;
+  Winograd winograd;
+  Convert convert;
+  Gelu gelu;
+  Bf16Gemm bf16;  // tile == nullptr: no bf16 tile at this level
+  Bf16Route bf16_route;
+};
+
+// The table in use: chosen on first use from cpuid, lowered by DEMI_CPU_ISA. Throws demi::Error
+// when DEMI_CPU_ISA names an unknown level or one this CPU (or OS) lacks.
+const Table& active();
+// The table of a level, or nullptr when this build or this CPU lacks it (then *missing, when
+// given, names what is missing).
+const Table* table(Level level, const char** missing = nullptr);
+const char* level_name(Level level);
+// Makes `level` the active table until the returned previous level is set back (tests run each
+// kernel once per level this way). Throws like DEMI_CPU_ISA when the CPU lacks it.
+Level set_active_for_testing(Level level);
+
+// The entries each variant file provides.
+extern const F32Gemm kGemmScalar, kGemmAvx2, kGemmAvx512;
+extern const Winograd kWinogradScalar, kWinogradAvx2, kWinogradAvx512;
+extern const Convert kConvertScalar, kConvertAvx2;
+extern const Gelu kGeluScalar, kGeluAvx2, kGeluAvx512;
+extern const Bf16Gemm kBf16Scalar, kBf16Avx512Bf16, kBf16Amx;
+// gemm_avx2.cpp's 8x8-block transpose (256-bit AVX), which the AVX-512 table shares.
+void transpose_avx2(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride);
+
+}  // namespace demi::backend::cpu::isa

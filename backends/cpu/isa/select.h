@@ -1,0 +1,27 @@
+// The decisions of select.cpp as plain functions of what the CPU has, so that tests can run them
+// on made-up CPUs (an AVX2-only machine, one without AMX permission) as well as on this one.
+// Baseline code only: never included by a variant file.
+#pragma once
+
+#include <string>
+
+#include "backends/cpu/isa/isa.h"
+
+namespace demi::backend::cpu::isa {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false, os_avx = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, os_avx512 = false;
+  bool avx512_bf16 = false;
+  bool amx_tile = false, amx_bf16 = false, os_amx = false, amx_permitted = false;
+};
+
+// This CPU's features (cpuid, xgetbv; on Linux also asks for AMX tile permission when it has AMX).
+CpuFeatures detect_features();
+// What `level` needs that the CPU, the OS or this build lacks, comma-separated ("" when nothing).
+std::string missing_features(Level level, const CpuFeatures& features);
+// The level DEMI_CPU_ISA=`requested` selects (nullptr or "": the highest usable one), given what each
+// level misses. Throws demi::Error for an unknown name or a level that misses something.
+Level resolve_level(const char* requested, const std::string (&missing)[kNumLevels]);
+
+}  // namespace demi::backend::cpu::isa

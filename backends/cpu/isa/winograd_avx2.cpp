@@ -1,0 +1,168 @@
+// The Winograd F(2x2, 3x3) transforms on AVX2 (compiled with -mavx2 -mfma): the AVX-512 file's
+// arithmetic 8 lanes at a time, edges through maskload / maskstore (layouts in winograd.h).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "backends/cpu/isa/isa.h"
+#include "backends/cpu/isa/lane_mask.h"
+
+namespace demi::backend::cpu::isa {
+namespace {
+
+constexpr int64_t kLanes = 8;
+
+__m256 load(const float* p, __m256i mask) { return _mm256_maskload_ps(p, mask); }
+void store(float* p, __m256i mask, __m256 v) { _mm256_maskstore_ps(p, mask, v); }
+
+// 16 values lo, hi -> their even-indexed ones (ev) and odd-indexed ones (od), in order.
+void deinterleave(__m256 lo, __m256 hi, __m256& ev, __m256& od) {
+  // shuffle_ps keeps 128-bit halves apart: [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6]; the 64-bit permute
+  // puts the pairs in order.
+  ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
+                                              _MM_SHUFFLE(3, 1, 2, 0)));
+  od = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))),
+                                              _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+void split_columns(const float* x, int64_t h, int64_t w, int64_t n, int64_t rows, float* e, float* o) {
+  std::memset(e, 0, sizeof(float) * rows * n);
+  std::memset(o, 0, sizeof(float) * rows * n);
+  for (int64_t y = 0; y < h; ++y) {
+    const float* src = x + y * w;
+    float* er = e + (y + 1) * n;
+    float* orow = o + (y + 1) * n;
+    for (int64_t base = 0; base < w; base += 2 * kLanes) {
+      __m256 ev, od;
+      deinterleave(load(src + base, lane_mask(w - base)), load(src + base + kLanes, lane_mask(w - base - kLanes)), ev, od);
+      const int64_t k = base / 2;
+      store(orow + k, lane_mask((w + 1) / 2 - k), ev);  // x[base + 2j] -> o[k + j]
+      store(er + k + 1, lane_mask(w / 2 - k), od);      // x[base + 2j + 1] -> e[k + j + 1]
+    }
+  }
+}
+
+void gather_lanes(const float* e, const float* o, int64_t n, int64_t rows, int64_t tw, int64_t g, int64_t lanes,
+                  float* e0, float* e1, float* o0, float* o1) {
+  const __m256i m = lane_mask(tw);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t at = r * lanes + g * tw;
+    store(e0 + at, m, load(e + r * n, m));
+    store(e1 + at, m, load(e + r * n + 1, m));
+    store(o0 + at, m, load(o + r * n, m));
+    store(o1 + at, m, load(o + r * n + 1, m));
+  }
+}
+
+void transform_input(const SplitLanes& s, int64_t th, float* v, int64_t ld) {
+  const int64_t lanes = s.lanes;
+  for (int64_t ty = 0; ty < th; ++ty) {
+    for (int i = 0; i < 4; ++i) {
+      // Row i of B^T d: d0 - d2, d1 + d2, d2 - d1, d1 - d3 (rows of the padded plane from 2 ty).
+      const int64_t a = (2 * ty + (i == 0 ? 0 : i == 2 ? 2 : 1)) * s.stride;
+      const int64_t b = (2 * ty + (i == 0 ? 2 : i == 1 ? 2 : i == 2 ? 1 : 3)) * s.stride;
+      auto row = [i](__m256 x, __m256 y) { return i == 1 ? _mm256_add_ps(x, y) : _mm256_sub_ps(x, y); };
+      float* v0 = v + (4 * i) * ld + ty * lanes;
+      for (int64_t l = 0; l < lanes; l += kLanes) {
+        const __m256i m = lane_mask(lanes - l);
+        const __m256 e0 = row(load(s.e0 + a + l, m), load(s.e0 + b + l, m));
+        const __m256 o0 = row(load(s.o0 + a + l, m), load(s.o0 + b + l, m));
+        const __m256 e1 = row(load(s.e1 + a + l, m), load(s.e1 + b + l, m));
+        const __m256 o1 = row(load(s.o1 + a + l, m), load(s.o1 + b + l, m));
+        store(v0 + l, m, _mm256_sub_ps(e0, e1));
+        store(v0 + ld + l, m, _mm256_add_ps(o0, e1));
+        store(v0 + 2 * ld + l, m, _mm256_sub_ps(e1, o0));
+        store(v0 + 3 * ld + l, m, _mm256_sub_ps(o0, o1));
+      }
+    }
+  }
+}
+
+// Output rows 0 and 1 of A^T m A + b for the tiles in the lanes of `mask`: rows[r][0] the even
+// output columns, rows[r][1] the odd ones.
+void output_rows(const float* p, int64_t ld, __m256i mask, __m256 b, __m256 rows[2][2]) {
+  __m256 s0[4], s1[4];
+  for (int j = 0; j < 4; ++j) {
+    const __m256 m0 = load(p + j * ld, mask), m1 = load(p + (4 + j) * ld, mask);
+    const __m256 m2 = load(p + (8 + j) * ld, mask), m3 = load(p + (12 + j) * ld, mask);
+    s0[j] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
+    s1[j] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
+  }
+  rows[0][0] = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s0[0], s0[1]), s0[2]), b);
+  rows[0][1] = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s0[1], s0[2]), s0[3]), b);
+  rows[1][0] = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s1[0], s1[1]), s1[2]), b);
+  rows[1][1] = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s1[1], s1[2]), s1[3]), b);
+}
+
+// The first `count` (<= 16) values of even and odd interleaved, stored at out.
+void store_interleaved(__m256 even, __m256 odd, float* out, int64_t count) {
+  const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);  // e0 o0 e1 o1 | e4 ..
+  store(out, lane_mask(count), _mm256_permute2f128_ps(lo, hi, 0x20));
+  store(out + kLanes, lane_mask(count - kLanes), _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+// images > 1 needs images * tw <= 8.
+void transform_output(const float* m, int64_t ld, int64_t oh, int64_t ow, int64_t th, int64_t tw, int64_t images,
+                      float bias, float* const* y) {
+  const __m256 b = _mm256_set1_ps(bias);
+  const int64_t lanes = images * tw;
+  __m256 rows[2][2];
+  for (int64_t ty = 0; ty < th; ++ty) {
+    const float* p = m + ty * lanes;
+    if (images == 1) {
+      for (int64_t tx = 0; tx < tw; tx += kLanes) {
+        output_rows(p + tx, ld, lane_mask(tw - tx), b, rows);
+        for (int r = 0; r < 2 && 2 * ty + r < oh; ++r)
+          store_interleaved(rows[r][0], rows[r][1], y[0] + (2 * ty + r) * ow + 2 * tx, ow - 2 * tx);
+      }
+      continue;
+    }
+    output_rows(p, ld, lane_mask(lanes), b, rows);
+    for (int r = 0; r < 2 && 2 * ty + r < oh; ++r) {
+      alignas(32) float both[2 * kLanes];  // image g's output row at both[2 g tw]
+      store_interleaved(rows[r][0], rows[r][1], both, 2 * kLanes);
+      const __m256i cols = lane_mask(ow);
+      for (int64_t g = 0; g < images; ++g) store(y[g] + (2 * ty + r) * ow, cols, load(both + 2 * g * tw, cols));
+    }
+  }
+}
+
+void split_grad_output(const float* gy, int64_t oh, int64_t ow, int64_t lanes, int64_t lane0, float* e, float* o) {
+  for (int64_t y = 0; y < oh; ++y) {
+    for (int64_t base = 0; base < ow; base += 2 * kLanes) {
+      __m256 ev, od;
+      const float* src = gy + y * ow + base;
+      deinterleave(load(src, lane_mask(ow - base)), load(src + kLanes, lane_mask(ow - base - kLanes)), ev, od);
+      const int64_t k = base / 2, at = y * lanes + lane0 + k;
+      store(e + at, lane_mask((ow + 1) / 2 - k), ev);
+      store(o + at, lane_mask(ow / 2 - k), od);
+    }
+  }
+}
+
+void transform_grad_output(const float* e, const float* o, int64_t th, int64_t lanes, float* z, int64_t ld) {
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t ty = 0; ty < th; ++ty) {
+    for (int64_t l = 0; l < lanes; l += kLanes) {
+      const __m256i m = lane_mask(lanes - l);
+      const int64_t r0 = 2 * ty * lanes + l, r1 = (2 * ty + 1) * lanes + l;
+      const __m256 e0 = load(e + r0, m), o0 = load(o + r0, m), e1 = load(e + r1, m), o1 = load(o + r1, m);
+      const __m256 re[4] = {e0, _mm256_add_ps(e0, e1), _mm256_sub_ps(e0, e1), _mm256_sub_ps(zero, e1)};
+      const __m256 ro[4] = {o0, _mm256_add_ps(o0, o1), _mm256_sub_ps(o0, o1), _mm256_sub_ps(zero, o1)};
+      for (int i = 0; i < 4; ++i) {
+        float* zi = z + (4 * i) * ld + ty * lanes + l;
+        store(zi, m, re[i]);
+        store(zi + ld, m, _mm256_add_ps(re[i], ro[i]));
+        store(zi + 2 * ld, m, _mm256_sub_ps(re[i], ro[i]));
+        store(zi + 3 * ld, m, _mm256_sub_ps(zero, ro[i]));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+extern const Winograd kWinogradAvx2 = {kLanes,           split_columns,     gather_lanes,         transform_input,
+                                       transform_output, split_grad_output, transform_grad_output};
+
+}  // namespace demi::backend::cpu::isa

@@ -1,0 +1,170 @@
+// The walks and packing of packed_gemm.h, once for every ISA level: the tiles themselves come from
+// the active level's table (isa/isa.h), so only mr, nr and kb differ between machines.
+#include "backends/cpu/packed_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/isa/isa.h"
+
+namespace demi::backend::cpu::packed_gemm {
+
+int64_t packed_size(int64_t m, int64_t k) {
+  const int64_t mr = isa::active().gemm.mr;
+  return (m + mr - 1) / mr * mr * k;
+}
+
+void transpose(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride) {
+  isa::active().gemm.transpose(src, src_stride, m, n, dst, dst_stride);
+}
+
+void pack_a(const float* a, int64_t row_stride, int64_t col_stride, int64_t m, int64_t k, float* out) {
+  const isa::F32Gemm& t = isa::active().gemm;
+  for (int64_t p = 0; p < m; p += t.mr) {
+    const int64_t rows = std::min(t.mr, m - p);
+    if (rows == t.mr && col_stride == 1) {  // a full panel of a row-major A: a transpose
+      t.transpose(a + p * row_stride, row_stride, t.mr, k, out, t.mr);
+      out += t.mr * k;
+      continue;
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      for (int64_t r = 0; r < rows; ++r) out[r] = a[(p + r) * row_stride + j * col_stride];
+      for (int64_t r = rows; r < t.mr; ++r) out[r] = 0.0f;
+      out += t.mr;
+    }
+  }
+}
+
+void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
+          const float* init, Accumulate accumulate) {
+  const isa::F32Gemm& t = isa::active().gemm;
+  // Column strips outermost: a strip of B (k rows) stays in L1/L2 while every panel of A passes over it.
+  for (int64_t col = 0; col < n; col += t.nr) {
+    const int64_t cols = std::min(t.nr, n - col);
+    for (int64_t p = 0; p < m; p += t.mr) {
+      t.tile({a_packed + p * k, b + col, ldb, c + p * ldc + col, ldc, k, std::min(t.mr, m - p), cols,
+              init ? init + p : nullptr, accumulate == Accumulate::Yes});
+    }
+  }
+}
+
+}  // namespace demi::backend::cpu::packed_gemm
+
+namespace demi::backend::cpu::packed_gemm_bf16 {
+namespace {
+int64_t round_up(int64_t v, int64_t step) { return (v + step - 1) / step * step; }
+}  // namespace
+
+bool available() { return isa::active().bf16_route != isa::Bf16Route::Widen; }
+int64_t k_padded(int64_t k) { return round_up(std::max<int64_t>(k, 1), isa::active().bf16.kb); }
+int64_t m_padded(int64_t m) { return round_up(std::max<int64_t>(m, 1), isa::active().bf16.mr); }
+int64_t n_padded(int64_t n) { return round_up(std::max<int64_t>(n, 1), isa::active().bf16.nr); }
+
+void pack_a(const uint16_t* a, int64_t row_stride, int64_t col_stride, int64_t m, int64_t k, uint16_t* out) {
+  const int64_t kp = k_padded(k);
+  for (int64_t i = 0; i < m; ++i) {
+    uint16_t* row = out + i * kp;
+    if (col_stride == 1) {
+      std::memcpy(row, a + i * row_stride, sizeof(uint16_t) * k);
+    } else {
+      for (int64_t j = 0; j < k; ++j) row[j] = a[i * row_stride + j * col_stride];
+    }
+  }
+  pad_a(out, kp, m, k);
+}
+
+void pad_a(uint16_t* a, int64_t lda, int64_t m, int64_t k) {
+  for (int64_t i = 0; i < m; ++i) std::memset(a + i * lda + k, 0, sizeof(uint16_t) * (lda - k));
+  std::memset(a + m * lda, 0, sizeof(uint16_t) * lda * (m_padded(m) - m));
+}
+
+int64_t b_size(int64_t k, int64_t n) { return k_padded(k) * n_padded(n); }
+
+const uint16_t* b_columns(const uint16_t* b, int64_t k, int64_t col0) {
+  const int64_t nr = isa::active().bf16.nr;
+  return b + col0 / nr * (k_padded(k) * nr);
+}
+
+namespace {
+// Calls fn(dst, first, count) for the runs of columns [col0, col0 + n) that share a strip: dst is
+// pair row 0 of the strip at the run's first column, `first` the run's offset in [0, n).
+template <typename Fn>
+void for_each_strip_run(uint16_t* out, int64_t k, int64_t col0, int64_t n, Fn&& fn) {
+  const int64_t nr = isa::active().bf16.nr, strip = k_padded(k) * nr;
+  for (int64_t c = 0; c < n;) {
+    const int64_t col = col0 + c, within = col % nr, count = std::min(n - c, nr - within);
+    fn(out + col / nr * strip + 2 * within, c, count);
+    c += count;
+  }
+}
+}  // namespace
+
+void pack_b(const uint16_t* b, int64_t src_ld, int64_t k, int64_t n, uint16_t* out, int64_t col0) {
+  const int64_t ldb = 2 * isa::active().bf16.nr;
+  for_each_strip_run(out, k, col0, n, [&](uint16_t* strip, int64_t first, int64_t count) {
+    for (int64_t j = 0; 2 * j < k; ++j) {
+      const uint16_t* r0 = b + 2 * j * src_ld + first;
+      const uint16_t* r1 = 2 * j + 1 < k ? r0 + src_ld : nullptr;  // odd k: the last pair's second row is 0
+      uint16_t* dst = strip + j * ldb;
+      for (int64_t c = 0; c < count; ++c) {
+        dst[2 * c] = r0[c];
+        dst[2 * c + 1] = r1 ? r1[c] : 0;
+      }
+    }
+  });
+}
+
+void pack_bt(const uint16_t* bt, int64_t src_ld, int64_t k, int64_t n, uint16_t* out, int64_t col0) {
+  const int64_t ldb = 2 * isa::active().bf16.nr, pairs = k / 2;
+  for_each_strip_run(out, k, col0, n, [&](uint16_t* strip, int64_t first, int64_t count) {
+    const uint16_t* src = bt + first * src_ld;
+    if (src_ld % 2 == 0) {
+      // Each (B[2j][c], B[2j + 1][c]) is one 32-bit word of bt's row c: transposing the words (the
+      // transpose entry only moves bits) lays B out in pairs.
+      isa::active().gemm.transpose(reinterpret_cast<const float*>(src), src_ld / 2, count, pairs,
+                                   reinterpret_cast<float*>(strip), ldb / 2);
+    } else {
+      for (int64_t j = 0; j < pairs; ++j) {
+        for (int64_t c = 0; c < count; ++c) {
+          strip[j * ldb + 2 * c] = src[c * src_ld + 2 * j];
+          strip[j * ldb + 2 * c + 1] = src[c * src_ld + 2 * j + 1];
+        }
+      }
+    }
+    if (k % 2) {
+      for (int64_t c = 0; c < count; ++c) {
+        strip[pairs * ldb + 2 * c] = src[c * src_ld + k - 1];
+        strip[pairs * ldb + 2 * c + 1] = 0;
+      }
+    }
+  });
+}
+
+void pad_b(uint16_t* out, int64_t k, int64_t n) {
+  const int64_t nr = isa::active().bf16.nr, ldb = 2 * nr, used = (k + 1) / 2, rows = k_padded(k) / 2;
+  const int64_t strips = n_padded(n) / nr, last = n - (strips - 1) * nr;
+  for (int64_t s = 0; s < strips; ++s) {
+    uint16_t* strip = out + s * rows * ldb;
+    if (s == strips - 1 && last < nr) {
+      for (int64_t j = 0; j < used; ++j) std::memset(strip + j * ldb + 2 * last, 0, sizeof(uint16_t) * 2 * (nr - last));
+    }
+    std::memset(strip + used * ldb, 0, sizeof(uint16_t) * ldb * (rows - used));
+  }
+}
+
+void gemm(const uint16_t* a, int64_t lda, int64_t m, int64_t k, const uint16_t* b, int64_t n, float* c, int64_t ldc,
+          const float* init, Accumulate accumulate) {
+  const isa::Bf16Gemm& t = isa::active().bf16;
+  if (t.prepare) t.prepare();
+  const int64_t kp = k_padded(k), strip = kp * t.nr;
+  for (int64_t col = 0; col < n; col += t.nr) {
+    const int64_t cols = std::min(t.nr, n - col);
+    const uint16_t* bs = b + col / t.nr * strip;
+    for (int64_t p = 0; p < m; p += t.mr) {
+      t.tile({a + p * lda, lda, bs, 2 * t.nr, c + p * ldc + col, ldc, kp, std::min(t.mr, m - p), cols,
+              init ? init + p : nullptr, accumulate == Accumulate::Yes});
+    }
+  }
+}
+
+}  // namespace demi::backend::cpu::packed_gemm_bf16

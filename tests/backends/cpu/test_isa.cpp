@@ -1,0 +1,338 @@
+// Pins backends/cpu/isa/: the choice of ISA level (cpuid, DEMI_CPU_ISA, clear errors for a level the
+// CPU lacks, checked on made-up CPUs too) and every level's microkernels against the plain C++
+// oracle (the scalar table): GEMM tiles, the transpose, Winograd transforms, half conversions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa/select.h"
+#include "backends/cpu/isa_test.h"
+#include "backends/kernels.h"
+
+namespace demi::backend::cpu::isa {
+namespace {
+
+using demi_test::IsaFixture;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+void missing_of(const CpuFeatures& f, std::string (&missing)[kNumLevels]) {
+  for (int i = 0; i < kNumLevels; ++i) missing[i] = missing_features(static_cast<Level>(i), f);
+}
+
+CpuFeatures avx2_only() {
+  CpuFeatures f;
+  f.avx2 = f.fma = f.f16c = f.os_avx = true;
+  return f;
+}
+
+TEST(IsaSelect, ReportsTheActiveLevel) {
+  EXPECT_STREQ(cpu_isa(), active().name);
+  if (const char* env = std::getenv("DEMI_CPU_ISA"); env && *env) {
+    EXPECT_STREQ(cpu_isa(), env) << "DEMI_CPU_ISA must set the level";
+    return;
+  }
+  Level best = Level::Scalar;
+  for (Level level : demi_test::isa_levels()) {
+    if (table(level)) best = level;
+  }
+  EXPECT_STREQ(cpu_isa(), level_name(best)) << "without DEMI_CPU_ISA the highest usable level runs";
+}
+
+TEST(IsaSelect, DetectionAgreesWithTheTables) {
+  const CpuFeatures f = detect_features();
+  for (Level level : demi_test::isa_levels()) {
+    const char* missing = nullptr;
+    const Table* t = table(level, &missing);
+    EXPECT_EQ(missing_features(level, f), missing) << level_name(level);
+    EXPECT_EQ(t != nullptr, std::string(missing).empty()) << level_name(level);
+    if (t) {
+      EXPECT_EQ(t->level, level);
+    }
+  }
+  EXPECT_NE(table(Level::Scalar), nullptr) << "the plain C++ level runs everywhere";
+}
+
+TEST(IsaSelect, UnknownNameIsAClearError) {
+  std::string missing[kNumLevels];
+  missing_of(avx2_only(), missing);
+  const std::string msg = error_of([&] { resolve_level("avx1024", missing); });
+  EXPECT_NE(msg.find("DEMI_CPU_ISA='avx1024' is not an ISA level"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("scalar, avx2, avx512, avx512_bf16, amx"), std::string::npos) << msg;
+}
+
+TEST(IsaSelect, AnAvx2OnlyCpuRefusesAvx512WithTheMissingFeature) {
+  std::string missing[kNumLevels];
+  missing_of(avx2_only(), missing);
+  EXPECT_EQ(resolve_level(nullptr, missing), Level::Avx2);
+  EXPECT_EQ(resolve_level("", missing), Level::Avx2);
+  EXPECT_EQ(resolve_level("avx2", missing), Level::Avx2);
+  EXPECT_EQ(resolve_level("scalar", missing), Level::Scalar);
+  const std::string msg = error_of([&] { resolve_level("avx512", missing); });
+  EXPECT_NE(msg.find("DEMI_CPU_ISA=avx512: this CPU lacks AVX512F"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the highest level it supports is avx2"), std::string::npos) << msg;
+  EXPECT_NE(error_of([&] { resolve_level("amx", missing); }).find("AMX-TILE, AMX-BF16"), std::string::npos);
+}
+
+TEST(IsaSelect, NamesWhatEachLevelNeeds) {
+  CpuFeatures f;  // a CPU with nothing
+  EXPECT_EQ(missing_features(Level::Scalar, f), "");
+  EXPECT_NE(missing_features(Level::Avx2, f).find("AVX2, FMA, F16C"), std::string::npos);
+  f = avx2_only();
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = true;  // AVX-512 in the CPU, not enabled by the OS
+  EXPECT_NE(missing_features(Level::Avx512, f).find("OS support for AVX-512 state"), std::string::npos);
+  f.os_avx512 = true;
+  EXPECT_EQ(missing_features(Level::Avx512, f), "");
+  EXPECT_NE(missing_features(Level::Avx512Bf16, f).find("AVX512_BF16"), std::string::npos);
+  f.avx512_bf16 = f.amx_tile = f.amx_bf16 = f.os_amx = true;  // AMX without Linux's permission
+  EXPECT_NE(missing_features(Level::Amx, f).find("arch_prctl"), std::string::npos) << missing_features(Level::Amx, f);
+}
+
+TEST(IsaSelect, ALevelTheCpuLacksCannotBeMadeActive) {
+  for (Level level : demi_test::isa_levels()) {
+    const char* missing = nullptr;
+    if (table(level, &missing)) continue;
+    const std::string msg = error_of([&] { set_active_for_testing(level); });
+    EXPECT_NE(msg.find(missing), std::string::npos) << msg;
+    EXPECT_STREQ(cpu_isa(), active().name) << "a refused level leaves the active one alone";
+  }
+}
+
+// ---- every level's entries against the scalar table ----
+
+class IsaKernels : public IsaFixture<Level> {
+ protected:
+  const Table& t() const { return active(); }
+  const Table& oracle() const { return *table(Level::Scalar); }
+};
+INSTANTIATE_TEST_SUITE_P(Isa, IsaKernels, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+
+std::vector<float> random_floats(std::mt19937& rng, int64_t n) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST_P(IsaKernels, F32TileMatchesAnFp64Reference) {
+  const F32Gemm& g = t().gemm;
+  std::mt19937 rng(3);
+  for (int64_t k : {1, 5, 64}) {
+    for (int64_t rows : {int64_t{1}, g.mr}) {
+      for (int64_t cols : {int64_t{1}, g.nr / 2 + 1, g.nr}) {
+        for (int mode = 0; mode < 3; ++mode) {  // 0: from 0, 1: from init, 2: accumulate into C
+          SCOPED_TRACE("k=" + std::to_string(k) + " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
+                       " mode=" + std::to_string(mode));
+          const int64_t ldb = g.nr + 3, ldc = g.nr + 5;
+          const std::vector<float> a = random_floats(rng, g.mr * k), b = random_floats(rng, k * ldb);
+          const std::vector<float> init = random_floats(rng, g.mr);
+          std::vector<float> c = random_floats(rng, g.mr * ldc);
+          const std::vector<float> c0 = c;
+          g.tile({a.data(), b.data(), ldb, c.data(), ldc, k, rows, cols, mode == 1 ? init.data() : nullptr, mode == 2});
+          for (int64_t r = 0; r < g.mr; ++r) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              double ref = c0[r * ldc + j];
+              if (r < rows && j < cols) {
+                ref = mode == 1 ? init[r] : mode == 2 ? c0[r * ldc + j] : 0.0;
+                for (int64_t p = 0; p < k; ++p) ref += double(a[p * g.mr + r]) * b[p * ldb + j];
+              }
+              ASSERT_NEAR(c[r * ldc + j], ref, 1e-5 * std::sqrt(double(k)) + 1e-6) << "C[" << r << "][" << j << "]";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(IsaKernels, TransposeMatchesTheOracleBitForBit) {
+  std::mt19937 rng(4);
+  for (int64_t m : {3, 8, 21}) {
+    for (int64_t n : {1, 8, 19}) {
+      const std::vector<float> src = random_floats(rng, m * (n + 2));
+      std::vector<float> got(n * (m + 1), -7.0f), want(n * (m + 1), -7.0f);
+      t().gemm.transpose(src.data(), n + 2, m, n, got.data(), m + 1);
+      oracle().gemm.transpose(src.data(), n + 2, m, n, want.data(), m + 1);
+      EXPECT_EQ(got, want) << m << "x" << n;
+    }
+  }
+}
+
+// The transforms only add and subtract, in the same order on every level: results are bit-exact.
+TEST_P(IsaKernels, WinogradTransformsMatchTheOracleBitForBit) {
+  const Winograd& w = t().winograd;
+  const Winograd& o = oracle().winograd;
+  std::mt19937 rng(5);
+  for (int64_t size : {1, 4, 7, 13, 32, 33}) {
+    SCOPED_TRACE("plane " + std::to_string(size) + "x" + std::to_string(size));
+    const int64_t h = size, wd = size, th = (h + 1) / 2, tw = (wd + 1) / 2, n = tw + 1, rows = 2 * th + 2;
+    const std::vector<float> x = random_floats(rng, h * wd);
+    auto split = [&](const Winograd& k, std::vector<float>& e, std::vector<float>& od) {
+      e.assign(rows * n, 9.0f), od.assign(rows * n, 9.0f);
+      k.split_columns(x.data(), h, wd, n, rows, e.data(), od.data());
+    };
+    std::vector<float> e1, o1, e2, o2;
+    split(w, e1, o1);
+    split(o, e2, o2);
+    ASSERT_EQ(e1, e2);
+    ASSERT_EQ(o1, o2);
+    // One image, then a lane group of as many images as the level's lanes hold.
+    const int64_t images = tw <= w.lanes / 2 ? w.lanes / tw : 1, lanes = images * tw, ld = th * lanes;
+    std::vector<float> views(4 * rows * lanes, 0.0f), views_o(4 * rows * lanes, 0.0f);
+    for (int64_t g = 0; g < images && images > 1; ++g) {  // gather_lanes needs tw <= the vector width
+      float* p = views.data();
+      w.gather_lanes(e1.data(), o1.data(), n, rows, tw, g, lanes, p, p + rows * lanes, p + 2 * rows * lanes, p + 3 * rows * lanes);
+      float* q = views_o.data();
+      o.gather_lanes(e1.data(), o1.data(), n, rows, tw, g, lanes, q, q + rows * lanes, q + 2 * rows * lanes, q + 3 * rows * lanes);
+    }
+    ASSERT_EQ(views, views_o);
+    const float* p = views.data();
+    const SplitLanes s{p, p + rows * lanes, p + 2 * rows * lanes, p + 3 * rows * lanes, lanes, lanes};
+    std::vector<float> v1(16 * ld, 5.0f), v2(16 * ld, 5.0f);
+    w.transform_input(s, th, v1.data(), ld);
+    o.transform_input(s, th, v2.data(), ld);
+    ASSERT_EQ(v1, v2);
+    w.transform_input({e1.data(), e1.data() + 1, o1.data(), o1.data() + 1, n, tw}, th, v1.data(), th * tw);
+    o.transform_input({e1.data(), e1.data() + 1, o1.data(), o1.data() + 1, n, tw}, th, v2.data(), th * tw);
+    ASSERT_EQ(v1, v2);
+    // Output transform of random M, and the gradient's split and transform.
+    const std::vector<float> m = random_floats(rng, 16 * ld);
+    for (int64_t imgs : {int64_t{1}, images}) {
+      std::vector<float> y1(imgs * h * wd, 3.0f), y2(imgs * h * wd, 3.0f);
+      float* planes1[16];
+      float* planes2[16];
+      for (int64_t g = 0; g < imgs; ++g) planes1[g] = y1.data() + g * h * wd, planes2[g] = y2.data() + g * h * wd;
+      w.transform_output(m.data(), ld, h, wd, th, tw, imgs, 0.25f, planes1);
+      o.transform_output(m.data(), ld, h, wd, th, tw, imgs, 0.25f, planes2);
+      ASSERT_EQ(y1, y2) << imgs << " images";
+    }
+    std::vector<float> se1(4 * th * lanes, 0.0f), se2(4 * th * lanes, 0.0f);
+    for (int64_t g = 0; g < images; ++g) {
+      w.split_grad_output(x.data(), h, wd, lanes, g * tw, se1.data(), se1.data() + 2 * th * lanes);
+      o.split_grad_output(x.data(), h, wd, lanes, g * tw, se2.data(), se2.data() + 2 * th * lanes);
+    }
+    ASSERT_EQ(se1, se2);
+    std::vector<float> z1(16 * ld, 1.0f), z2(16 * ld, 1.0f);
+    w.transform_grad_output(se1.data(), se1.data() + 2 * th * lanes, th, lanes, z1.data(), ld);
+    o.transform_grad_output(se1.data(), se1.data() + 2 * th * lanes, th, lanes, z2.data(), ld);
+    ASSERT_EQ(z1, z2);
+  }
+}
+
+uint32_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+TEST_P(IsaKernels, ConversionsMatchTheOracleBitForBit) {
+  // Every half and bf16 bit pattern to fp32 (NaNs included, quieted as F16C does).
+  std::vector<uint16_t> all(65536 + 5);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  for (auto to_f32 : {&Convert::f16_to_f32, &Convert::bf16_to_f32}) {
+    std::vector<float> got(all.size()), want(all.size());
+    (t().convert.*to_f32)(all.data(), got.data(), static_cast<int64_t>(all.size()));
+    (oracle().convert.*to_f32)(all.data(), want.data(), static_cast<int64_t>(all.size()));
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(bits(got[i]), bits(want[i])) << "pattern " << i;
+  }
+  // fp32 to half: ties, subnormals, overflow, NaN and random bit patterns.
+  std::vector<float> values = {0.0f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f, 0x1p-25f, 0x1.8p-25f, 0x1p-24f,
+                               65504.0f, 65519.0f, 65520.0f, 3.0e38f, INFINITY, -INFINITY, NAN, 1e-40f, -1e-45f};
+  std::mt19937 rng(6);
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t b = static_cast<uint32_t>(rng());
+    float f;
+    std::memcpy(&f, &b, 4);
+    values.push_back(f);
+  }
+  const int64_t n = static_cast<int64_t>(values.size());
+  for (auto to_half : {&Convert::f32_to_f16, &Convert::f32_to_bf16}) {
+    std::vector<uint16_t> got(values.size()), want(values.size());
+    (t().convert.*to_half)(values.data(), got.data(), n);
+    (oracle().convert.*to_half)(values.data(), want.data(), n);
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(got[i], want[i]) << "value " << values[i];
+  }
+}
+
+TEST_P(IsaKernels, GeluCdfAndPdfMatchTheOracleWithinAnUlp) {
+  std::vector<float> x = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 3.0f, -3.0f, 8.0f, -8.0f, 13.0f, -13.0f, 40.0f,
+                          -40.0f, INFINITY, -INFINITY, NAN};
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> dist(-9.0f, 9.0f);
+  for (int i = 0; i < 2000; ++i) x.push_back(dist(rng));
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (int64_t len : {n, int64_t{3}, int64_t{13}}) {  // ragged tails too
+    std::vector<float> cdf(n, -1.0f), pdf(n, -1.0f), cdf_o(n, -1.0f), pdf_o(n, -1.0f);
+    t().gelu.normal_cdf_pdf(x.data(), cdf.data(), pdf.data(), len);
+    oracle().gelu.normal_cdf_pdf(x.data(), cdf_o.data(), pdf_o.data(), len);
+    for (int64_t i = 0; i < n; ++i) {
+      SCOPED_TRACE("x = " + std::to_string(x[i]));
+      for (auto [got, want] : {std::pair{cdf[i], cdf_o[i]}, std::pair{pdf[i], pdf_o[i]}}) {
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got));
+        } else {
+          ASSERT_LE(std::fabs(got - want), std::fabs(want) * 0x1p-23f) << got << " vs " << want;
+        }
+      }
+    }
+  }
+  std::vector<float> cdf(4, -1.0f);
+  t().gelu.normal_cdf_pdf(x.data(), cdf.data(), nullptr, 4);  // no pdf asked for
+  EXPECT_NEAR(cdf[0], 0.5f, 1e-7);
+}
+
+TEST_P(IsaKernels, Bf16TileSumsExactProductsInFp32) {
+  const Bf16Gemm& g = t().bf16;
+  if (!g.tile) GTEST_SKIP() << level_name(GetParam()) << " has no bf16 tile: bf16 is widened into the fp32 tile";
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(-32, 32);
+  for (int64_t k : {int64_t{1}, 2 * g.kb + 3}) {
+    for (int64_t cols : {int64_t{1}, g.nr - 1, g.nr}) {
+      for (int mode = 0; mode < 3; ++mode) {
+        SCOPED_TRACE("k=" + std::to_string(k) + " cols=" + std::to_string(cols) + " mode=" + std::to_string(mode));
+        const int64_t kp = (k + g.kb - 1) / g.kb * g.kb, rows = g.mr - 1, ldb = 2 * g.nr, ldc = g.nr + 1;
+        // Small integers: exact in bf16, and every product and partial sum exact in fp32.
+        auto value = [&] { return float(small(rng)); };
+        auto to_bf16 = [](float f) { return static_cast<uint16_t>(bits(f) >> 16); };
+        std::vector<float> a(g.mr * kp, 0.0f), b(kp * g.nr, 0.0f);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < k; ++j) a[r * kp + j] = value();
+        for (int64_t j = 0; j < k; ++j)
+          for (int64_t c = 0; c < g.nr; ++c) b[j * g.nr + c] = value();
+        std::vector<uint16_t> ab(a.size()), bb(kp / 2 * ldb);
+        for (size_t i = 0; i < a.size(); ++i) ab[i] = to_bf16(a[i]);
+        for (int64_t j = 0; j < kp; ++j)
+          for (int64_t c = 0; c < g.nr; ++c) bb[(j / 2) * ldb + 2 * c + j % 2] = to_bf16(b[j * g.nr + c]);
+        std::vector<float> init(g.mr, 0.5f), c(g.mr * ldc, 2.0f);
+        if (g.prepare) g.prepare();
+        g.tile({ab.data(), kp, bb.data(), ldb, c.data(), ldc, kp, rows, cols, mode == 1 ? init.data() : nullptr, mode == 2});
+        for (int64_t r = 0; r < g.mr; ++r) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            float ref = 2.0f;  // untouched outside the tile's rows and columns
+            if (r < rows && j < cols) {
+              ref = mode == 1 ? 0.5f : mode == 2 ? 2.0f : 0.0f;
+              for (int64_t p = 0; p < k; ++p) ref += a[r * kp + p] * b[p * g.nr + j];
+            }
+            ASSERT_EQ(c[r * ldc + j], ref) << "C[" << r << "][" << j << "]";
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace demi::backend::cpu::isa
