@@ -30,11 +30,18 @@ DEMI_REGISTER_OP(Clamp)
 
 }  // namespace demi::ops
 
+namespace demi::ops {
+std::pair<double, double> clamp_bounds(const char* op, std::optional<double> min, std::optional<double> max) {
+  DEMI_CHECK(min || max, op, ": at least one of min and max must be given");
+  DEMI_CHECK(!(min && std::isnan(*min)) && !(max && std::isnan(*max)), op, ": a bound is NaN");
+  const double inf = std::numeric_limits<double>::infinity();
+  return {min.value_or(-inf), max.value_or(inf)};
+}
+}  // namespace demi::ops
+
 namespace demi {
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
-  DEMI_CHECK(min || max, "clamp: at least one of min and max must be given");
-  DEMI_CHECK(!(min && std::isnan(*min)) && !(max && std::isnan(*max)), "clamp: a bound is NaN");
-  const double inf = std::numeric_limits<double>::infinity();
-  return ops::apply<ops::Clamp>(x, min.value_or(-inf), max.value_or(inf));
+  const auto [lo, hi] = ops::clamp_bounds("clamp", min, max);
+  return ops::apply<ops::Clamp>(x, lo, hi);
 }
 }  // namespace demi

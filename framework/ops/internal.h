@@ -2,6 +2,8 @@
 // gradient helpers and argument checks. Not part of the public API.
 #pragma once
 
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "framework/ops/op.h"
@@ -19,6 +21,9 @@ Tensor sum_to(const Tensor& grad, const Shape& shape);
 Tensor expand_to(const Tensor& x, const Shape& shape);
 // Reduction over `dims` keeping them as extent-1 dims; `kind` Sum or Mean; output dtype `dtype`.
 Tensor reduce_keepdim(backend::ReduceKind kind, const Tensor& x, const std::vector<int64_t>& dims, DType dtype);
+
+// clamp's bounds as numbers (an absent one is -inf or inf), checked: at least one given, none NaN.
+std::pair<double, double> clamp_bounds(const char* op, std::optional<double> min, std::optional<double> max);
 
 // The caller's mistakes, with the op's name in the message.
 void check_floating(const char* op, const char* what, const Tensor& t);

@@ -1,6 +1,6 @@
 // Tensor's libtorch-style methods: each is one call of the free function of the same name, so every
-// op keeps one implementation; the in-place ones compute the out-of-place result and write it back
-// into the tensor's own storage.
+// op keeps one implementation; the in-place ones run the same kernels into the tensor's own storage
+// (or write the out-of-place result back where dtypes or shapes differ).
 #include <cmath>
 
 #include "framework/autograd/grad_mode.h"
@@ -94,15 +94,15 @@ const Tensor& Tensor::affine_in_place(const char* op, double alpha, double beta)
 
 const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
   if (alpha == 1.0) return binary_in_place("add_", backend::BinaryKind::Add, other);
-  NoGradGuard no_grad;  // the scaled operand is a temporary; check_in_place still sees `other`
-  check_in_place("add_", *this, other);
+  check_in_place("add_", *this, other);  // before the guard: the scaled operand is an untracked temporary
+  NoGradGuard no_grad;
   return binary_in_place("add_", backend::BinaryKind::Add, other * alpha);
 }
 const Tensor& Tensor::add_(double value) const { return affine_in_place("add_", 1.0, value); }
 const Tensor& Tensor::sub_(const Tensor& other, double alpha) const {
   if (alpha == 1.0) return binary_in_place("sub_", backend::BinaryKind::Sub, other);
+  check_in_place("sub_", *this, other);  // before the guard: the scaled operand is an untracked temporary
   NoGradGuard no_grad;
-  check_in_place("sub_", *this, other);
   return binary_in_place("sub_", backend::BinaryKind::Sub, other * alpha);
 }
 const Tensor& Tensor::sub_(double value) const { return affine_in_place("sub_", 1.0, -value); }
@@ -112,8 +112,11 @@ const Tensor& Tensor::div_(const Tensor& other) const { return binary_in_place("
 const Tensor& Tensor::div_(double value) const { return affine_in_place("div_", 1.0 / value, 0.0); }
 const Tensor& Tensor::clamp_(std::optional<double> min, std::optional<double> max) const {
   check_in_place("clamp_", *this);
-  NoGradGuard no_grad;
-  return assign_in_place("clamp_", demi::clamp(*this, min, max));
+  const auto [lo, hi] = ops::clamp_bounds("clamp_", min, max);
+  DEMI_CHECK(is_floating(dtype()), "clamp_: the tensor must be floating, got ", dtype());
+  kernels(*this).unary(backend::UnaryKind::Clamp, ref(), ref(), lo, hi);
+  impl_ref().storage->bump_version();
+  return *this;
 }
 
 const Tensor& Tensor::copy_(const Tensor& src) const {

@@ -184,6 +184,8 @@ TEST(TensorApi, InPlaceRefusesWhatAutogradCannotFollow) {
   EXPECT_THAT(error_of([&] { w[0].fill_(2.0); }), HasSubstr("fill_: in-place on a tensor that requires grad"));
   Tensor plain = ones({3});
   EXPECT_THAT(error_of([&] { plain.mul_(w); }), HasSubstr("the operand requires grad"));
+  EXPECT_THAT(error_of([&] { plain.add_(w, 2.0); }), HasSubstr("the operand requires grad"));
+  EXPECT_THAT(error_of([&] { plain.sub_(w, 0.5); }), HasSubstr("the operand requires grad"));
   {
     NoGradGuard no_grad;  // how optimizers and initialisers write parameters
     w.mul_(3.0);
