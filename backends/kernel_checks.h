@@ -15,6 +15,12 @@ namespace demi::backend {
 
 // --- element-wise --------------------------------------------------------------------------------
 
+// cast(x, y): any two dtypes of the same number of elements.
+inline void check_cast(const TensorRef& x, const TensorRef& y) {
+  DEMI_CHECK(x.numel() == y.numel(), "cast: x ", x.shape, " (", x.dtype, ") has ", x.numel(), " elements but y ",
+             y.shape, " (", y.dtype, ") has ", y.numel(), "; give y x's shape");
+}
+
 inline const char* unary_name(UnaryKind k) {
   switch (k) {
     case UnaryKind::Neg: return "unary(neg)";
@@ -411,6 +417,8 @@ inline void check_cross_entropy_grads(const char* op, const CrossEntropyArgs& ar
 
 inline void check_random(const RandomArgs& args) {
   const bool uniform = args.kind == RandomKind::Uniform;
+  DEMI_CHECK(is_floating(args.output.dtype), "random: the output must be floating, got ", args.output.dtype,
+             "; draw floats and cast");
   DEMI_CHECK(std::isfinite(args.a) && std::isfinite(args.b), "random: a = ", args.a, " and b = ", args.b,
              " must be finite");
   DEMI_CHECK(!uniform || args.a <= args.b, "random uniform: needs a <= b for [a, b), got a = ", args.a,
@@ -472,20 +480,23 @@ inline void check_adamw_step(const AdamWArgs& args) {
 
 // --- amp -----------------------------------------------------------------------------------------
 
-// unscale_check_finite's arguments as a whole; each gradient pair is check_unscale_target's.
-inline void check_unscale_args(const UnscaleArgs& args) {
+// unscale_check_finite's arguments: one target per gradient (out[k] has in[k]'s size and its dtype
+// or float32), one-element float32 inv_scale and found_inf.
+inline void check_unscale(const UnscaleArgs& args) {
   DEMI_CHECK(args.in.size() == args.out.size(), "unscale_check_finite: ", args.in.size(), " inputs but ",
              args.out.size(), " outputs");
   DEMI_CHECK(args.inv_scale.dtype == DType::F32 && args.inv_scale.numel() == 1 && args.found_inf.dtype == DType::F32 &&
                  args.found_inf.numel() == 1,
              "unscale_check_finite: inv_scale and found_inf must be one-element float32 tensors");
-}
-
-// Gradient k (in) and where it is unscaled to (out): same size, out of in's dtype or float32.
-inline void check_unscale_target(size_t k, const TensorRef& in, const TensorRef& out) {
-  DEMI_CHECK(in.numel() == out.numel() && (out.dtype == in.dtype || out.dtype == DType::F32),
-             "unscale_check_finite: gradient ", k, " (", in.dtype, " ", in.shape, ") cannot be unscaled into ",
-             out.dtype, " ", out.shape, "; the target must have its size and its dtype or float32");
+  for (size_t k = 0; k < args.in.size(); ++k) {
+    const TensorRef& in = args.in[k];
+    const TensorRef& out = args.out[k];
+    DEMI_CHECK(is_floating(in.dtype), "unscale_check_finite: gradient ", k, " is ", in.dtype, " ", in.shape,
+               "; gradients must be float32, float64, float16 or bfloat16");
+    DEMI_CHECK(in.numel() == out.numel() && (out.dtype == in.dtype || out.dtype == DType::F32),
+               "unscale_check_finite: gradient ", k, " (", in.dtype, " ", in.shape, ") cannot be unscaled into ",
+               out.dtype, " ", out.shape, "; the target must have its size and its dtype or float32");
+  }
 }
 
 inline void check_update_scale(const ScaleUpdateArgs& args) {

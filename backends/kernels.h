@@ -61,6 +61,12 @@ enum class BinaryKind {
 
 enum class ReduceKind { Sum, Mean, Max };
 
+// The geometry an argument check derives and a kernel uses (backends/kernel_checks.h).
+struct ReduceDims;
+struct ConvGeom;
+struct PoolGeom;
+struct BnGeom;
+
 // C = alpha * op(A) @ op(B) + beta * C (+ bias), row-major, for `batch` independent products.
 // op(A) is [m, k] (A stored [k, m] when trans_a), op(B) is [k, n] (B stored [n, k] when trans_b),
 // C is [m, n]. A and B share one dtype; C may be wider (e.g. half inputs, fp32 output).
@@ -207,39 +213,68 @@ class Kernels {
   virtual void copy(const void* src, void* dst, size_t bytes) = 0;  // both on this device
   virtual void synchronize() = 0;
 
+  // The kernels. Each entry point checks its arguments (backends/kernel_checks.h: the same checks
+  // and messages for every device) and then calls the device's *_impl, so no backend can skip or
+  // word a check differently; a backend adds only its own limits (e.g. cuDNN's 32-bit extents).
   // Element-wise. `fill` writes one value; `cast` converts between any two dtypes (same numel).
-  virtual void fill(const TensorRef& y, double value) = 0;
-  virtual void cast(const TensorRef& x, const TensorRef& y) = 0;
-  virtual void unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha = 0.0,
-                     double beta = 0.0) = 0;
+  void fill(const TensorRef& y, double value) { fill_impl(y, value); }
+  void cast(const TensorRef& x, const TensorRef& y);
+  void unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha = 0.0, double beta = 0.0);
   // a and b broadcast to y's shape (numpy rules); a, b, y share a floating dtype.
-  virtual void binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) = 0;
+  void binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y);
   // y has x's rank with every reduced dimension of extent 1; y's dtype may be wider than x's.
-  virtual void reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) = 0;
+  void reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y);
   // x [O, R, I] (floating) -> y [O, 1, I] (I64): the index along R of the first maximum; NaN counts
   // as the maximum, as in PyTorch. R must be at least 1.
-  virtual void argmax(const TensorRef& x, const TensorRef& y) = 0;
+  void argmax(const TensorRef& x, const TensorRef& y);
   // y = x with its dimensions reordered: y.shape[i] = x.shape[dims[i]], any dtype, rank <= 8.
-  virtual void permute(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) = 0;
+  void permute(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims);
 
-  virtual void gemm(const GemmArgs& args) = 0;
-  virtual void conv2d_forward(const Conv2dArgs& args) = 0;
-  virtual void conv2d_backward_data(const Conv2dArgs& args) = 0;
-  virtual void conv2d_backward_weight(const Conv2dArgs& args) = 0;
-  virtual void pool2d_forward(const Pool2dArgs& args) = 0;
-  virtual void pool2d_backward(const Pool2dArgs& args) = 0;
-  virtual void batch_norm_forward(const BatchNormArgs& args) = 0;
-  virtual void batch_norm_backward(const BatchNormArgs& args) = 0;
-  virtual void softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) = 0;
-  virtual void softmax_backward(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
-                                const TensorRef& grad_x) = 0;
-  virtual void cross_entropy_forward(const CrossEntropyArgs& args) = 0;
-  virtual void cross_entropy_backward(const CrossEntropyArgs& args) = 0;
-  virtual void random(const RandomArgs& args) = 0;
-  virtual void sgd_step(const SgdArgs& args) = 0;
-  virtual void adamw_step(const AdamWArgs& args) = 0;
-  virtual void unscale_check_finite(const UnscaleArgs& args) = 0;
-  virtual void update_scale(const ScaleUpdateArgs& args) = 0;
+  void gemm(const GemmArgs& args);
+  void conv2d_forward(const Conv2dArgs& args);
+  void conv2d_backward_data(const Conv2dArgs& args);
+  void conv2d_backward_weight(const Conv2dArgs& args);
+  void pool2d_forward(const Pool2dArgs& args);
+  void pool2d_backward(const Pool2dArgs& args);
+  void batch_norm_forward(const BatchNormArgs& args);
+  void batch_norm_backward(const BatchNormArgs& args);
+  void softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y);
+  void softmax_backward(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y, const TensorRef& grad_x);
+  void cross_entropy_forward(const CrossEntropyArgs& args);
+  void cross_entropy_backward(const CrossEntropyArgs& args);
+  void random(const RandomArgs& args);
+  void sgd_step(const SgdArgs& args);
+  void adamw_step(const AdamWArgs& args);
+  void unscale_check_finite(const UnscaleArgs& args);
+  void update_scale(const ScaleUpdateArgs& args);
+
+ protected:
+  // What a device implements, called with checked arguments (and the geometry the check derived).
+  virtual void fill_impl(const TensorRef& y, double value) = 0;
+  virtual void cast_impl(const TensorRef& x, const TensorRef& y) = 0;
+  virtual void unary_impl(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) = 0;
+  virtual void binary_impl(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) = 0;
+  virtual void reduce_impl(ReduceKind kind, const TensorRef& x, const TensorRef& y, const ReduceDims& dims) = 0;
+  virtual void argmax_impl(const TensorRef& x, const TensorRef& y) = 0;
+  virtual void permute_impl(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) = 0;
+  virtual void gemm_impl(const GemmArgs& args) = 0;
+  virtual void conv2d_forward_impl(const Conv2dArgs& args, const ConvGeom& g) = 0;
+  virtual void conv2d_backward_data_impl(const Conv2dArgs& args, const ConvGeom& g) = 0;
+  virtual void conv2d_backward_weight_impl(const Conv2dArgs& args, const ConvGeom& g) = 0;
+  virtual void pool2d_forward_impl(const Pool2dArgs& args, const PoolGeom& g) = 0;
+  virtual void pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g) = 0;
+  virtual void batch_norm_forward_impl(const BatchNormArgs& args, const BnGeom& g) = 0;
+  virtual void batch_norm_backward_impl(const BatchNormArgs& args, const BnGeom& g) = 0;
+  virtual void softmax_forward_impl(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) = 0;
+  virtual void softmax_backward_impl(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
+                                     const TensorRef& grad_x) = 0;
+  virtual void cross_entropy_forward_impl(const CrossEntropyArgs& args) = 0;
+  virtual void cross_entropy_backward_impl(const CrossEntropyArgs& args) = 0;
+  virtual void random_impl(const RandomArgs& args) = 0;
+  virtual void sgd_step_impl(const SgdArgs& args) = 0;
+  virtual void adamw_step_impl(const AdamWArgs& args) = 0;
+  virtual void unscale_check_finite_impl(const UnscaleArgs& args) = 0;
+  virtual void update_scale_impl(const ScaleUpdateArgs& args) = 0;
 };
 
 // The kernels of a device. Throws demi::Error when the device is absent or its backend was not

@@ -43,9 +43,8 @@ void adamw_typed(const AdamWArgs& args) {
 
 }  // namespace
 
-void CpuKernels::adamw_step(const AdamWArgs& args) {
+void CpuKernels::adamw_step_impl(const AdamWArgs& args) {
   constexpr const char* op = "adamw_step";
-  check_adamw_step(args);
   const TensorRef& param = args.param;
   const bool has_master = args.master.defined();
   dispatch_floating(param.dtype, op, [&](auto ptag) {

@@ -30,14 +30,12 @@ bool unscale_one(const TensorRef& in, const TensorRef& out, float inv_scale) {
 
 }  // namespace
 
-void CpuKernels::unscale_check_finite(const UnscaleArgs& args) {
-  check_unscale_args(args);
+void CpuKernels::unscale_check_finite_impl(const UnscaleArgs& args) {
   const float inv_scale = *args.inv_scale.as<float>();
   bool found = false;
   for (size_t i = 0; i < args.in.size(); ++i) {
     const TensorRef& in = args.in[i];
     const TensorRef& out = args.out[i];
-    check_unscale_target(i, in, out);
     dispatch_floating(in.dtype, "unscale_check_finite", [&](auto in_tag) {
       using In = decltype(in_tag);
       if (out.dtype == in.dtype) {
@@ -50,8 +48,7 @@ void CpuKernels::unscale_check_finite(const UnscaleArgs& args) {
   if (found) *args.found_inf.as<float>() = 1.0f;
 }
 
-void CpuKernels::update_scale(const ScaleUpdateArgs& args) {
-  check_update_scale(args);
+void CpuKernels::update_scale_impl(const ScaleUpdateArgs& args) {
   float& scale = *args.scale.as<float>();
   int64_t& tracker = *args.growth_tracker.as<int64_t>();
   if (*args.found_inf.as<float>() != 0.0f) {

@@ -176,15 +176,13 @@ void dispatch_bn(DType dtype, const char* op, Fn&& fn) {
 
 }  // namespace
 
-void CpuKernels::batch_norm_forward(const BatchNormArgs& args) {
+void CpuKernels::batch_norm_forward_impl(const BatchNormArgs& args, const BnGeom& g) {
   constexpr const char* op = "batch_norm_forward";
-  const BnGeom g = check_batch_norm_forward(args);
   dispatch_bn(args.input.dtype, op, [&](auto t, auto st) { forward<decltype(t), decltype(st)>(args, g); });
 }
 
-void CpuKernels::batch_norm_backward(const BatchNormArgs& args) {
+void CpuKernels::batch_norm_backward_impl(const BatchNormArgs& args, const BnGeom& g) {
   constexpr const char* op = "batch_norm_backward";
-  const BnGeom g = check_batch_norm_backward(args);
   dispatch_bn(args.input.dtype, op, [&](auto t, auto st) { backward<decltype(t), decltype(st)>(args, g); });
 }
 

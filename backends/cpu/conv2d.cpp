@@ -888,18 +888,15 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
 
 }  // namespace
 
-void CpuKernels::conv2d_forward(const Conv2dArgs& args) {
-  const ConvGeom g = check_conv2d(args, "conv2d_forward");
+void CpuKernels::conv2d_forward_impl(const Conv2dArgs& args, const ConvGeom& g) {
   dispatch_floating(args.input.dtype, "conv2d_forward", [&](auto tag) { forward<decltype(tag)>(args, g); });
 }
 
-void CpuKernels::conv2d_backward_data(const Conv2dArgs& args) {
-  const ConvGeom g = check_conv2d(args, "conv2d_backward_data");
+void CpuKernels::conv2d_backward_data_impl(const Conv2dArgs& args, const ConvGeom& g) {
   dispatch_floating(args.input.dtype, "conv2d_backward_data", [&](auto tag) { backward_data<decltype(tag)>(args, g); });
 }
 
-void CpuKernels::conv2d_backward_weight(const Conv2dArgs& args) {
-  const ConvGeom g = check_conv2d(args, "conv2d_backward_weight");
+void CpuKernels::conv2d_backward_weight_impl(const Conv2dArgs& args, const ConvGeom& g) {
   dispatch_floating(args.input.dtype, "conv2d_backward_weight",
                     [&](auto tag) { backward_weight<decltype(tag)>(args, g); });
 }

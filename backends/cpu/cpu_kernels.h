@@ -18,44 +18,46 @@ class CpuKernels final : public Kernels {
   void copy(const void* src, void* dst, size_t bytes) override;
   void synchronize() override {}
 
+ private:
+  // The kernels (backends/kernels.h checks their arguments before calling these).
   // elementwise.cpp
-  void fill(const TensorRef& y, double value) override;
-  void cast(const TensorRef& x, const TensorRef& y) override;
-  void unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) override;
-  void binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) override;
+  void fill_impl(const TensorRef& y, double value) override;
+  void cast_impl(const TensorRef& x, const TensorRef& y) override;
+  void unary_impl(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) override;
+  void binary_impl(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) override;
   // reduce.cpp
-  void reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) override;
-  void argmax(const TensorRef& x, const TensorRef& y) override;
+  void reduce_impl(ReduceKind kind, const TensorRef& x, const TensorRef& y, const ReduceDims& dims) override;
+  void argmax_impl(const TensorRef& x, const TensorRef& y) override;
   // permute.cpp
-  void permute(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) override;
+  void permute_impl(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) override;
   // gemm.cpp
-  void gemm(const GemmArgs& args) override;
+  void gemm_impl(const GemmArgs& args) override;
   // conv2d.cpp
-  void conv2d_forward(const Conv2dArgs& args) override;
-  void conv2d_backward_data(const Conv2dArgs& args) override;
-  void conv2d_backward_weight(const Conv2dArgs& args) override;
+  void conv2d_forward_impl(const Conv2dArgs& args, const ConvGeom& g) override;
+  void conv2d_backward_data_impl(const Conv2dArgs& args, const ConvGeom& g) override;
+  void conv2d_backward_weight_impl(const Conv2dArgs& args, const ConvGeom& g) override;
   // pool2d.cpp
-  void pool2d_forward(const Pool2dArgs& args) override;
-  void pool2d_backward(const Pool2dArgs& args) override;
+  void pool2d_forward_impl(const Pool2dArgs& args, const PoolGeom& g) override;
+  void pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g) override;
   // batch_norm.cpp
-  void batch_norm_forward(const BatchNormArgs& args) override;
-  void batch_norm_backward(const BatchNormArgs& args) override;
+  void batch_norm_forward_impl(const BatchNormArgs& args, const BnGeom& g) override;
+  void batch_norm_backward_impl(const BatchNormArgs& args, const BnGeom& g) override;
   // softmax.cpp
-  void softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) override;
-  void softmax_backward(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
-                        const TensorRef& grad_x) override;
+  void softmax_forward_impl(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) override;
+  void softmax_backward_impl(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
+                             const TensorRef& grad_x) override;
   // cross_entropy.cpp
-  void cross_entropy_forward(const CrossEntropyArgs& args) override;
-  void cross_entropy_backward(const CrossEntropyArgs& args) override;
+  void cross_entropy_forward_impl(const CrossEntropyArgs& args) override;
+  void cross_entropy_backward_impl(const CrossEntropyArgs& args) override;
   // random.cpp
-  void random(const RandomArgs& args) override;
+  void random_impl(const RandomArgs& args) override;
   // sgd.cpp
-  void sgd_step(const SgdArgs& args) override;
+  void sgd_step_impl(const SgdArgs& args) override;
   // adamw.cpp
-  void adamw_step(const AdamWArgs& args) override;
+  void adamw_step_impl(const AdamWArgs& args) override;
   // amp.cpp
-  void unscale_check_finite(const UnscaleArgs& args) override;
-  void update_scale(const ScaleUpdateArgs& args) override;
+  void unscale_check_finite_impl(const UnscaleArgs& args) override;
+  void update_scale_impl(const ScaleUpdateArgs& args) override;
 };
 
 }  // namespace demi::backend::cpu

@@ -314,7 +314,7 @@ void binary_typed(const BroadcastPlan& p, const TensorRef& a, const TensorRef& b
 
 }  // namespace
 
-void CpuKernels::fill(const TensorRef& y, double value) {
+void CpuKernels::fill_impl(const TensorRef& y, double value) {
   dispatch_all(y.dtype, "fill", [&](auto tag) {
     using T = decltype(tag);
     T v;
@@ -330,9 +330,7 @@ void CpuKernels::fill(const TensorRef& y, double value) {
   });
 }
 
-void CpuKernels::cast(const TensorRef& x, const TensorRef& y) {
-  DEMI_CHECK(x.numel() == y.numel(), "cast: x ", x.shape, " (", x.dtype, ") has ", x.numel(),
-             " elements but y ", y.shape, " (", y.dtype, ") has ", y.numel(), "; give y x's shape");
+void CpuKernels::cast_impl(const TensorRef& x, const TensorRef& y) {
   if (x.numel() == 0) return;
   if (x.dtype == y.dtype) {
     if (x.data != y.data) std::memmove(y.data, x.data, x.nbytes());
@@ -343,16 +341,16 @@ void CpuKernels::cast(const TensorRef& x, const TensorRef& y) {
   });
 }
 
-void CpuKernels::unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) {
-  const char* name = check_unary(kind, x, y);
+void CpuKernels::unary_impl(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) {
+  const char* name = unary_name(kind);
   dispatch_floating(x.dtype, name, [&](auto tag) {
     using T = decltype(tag);
     unary_typed<T>(kind, x.as<T>(), y.as<T>(), x.numel(), alpha, beta);
   });
 }
 
-void CpuKernels::binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
-  const char* name = check_binary(kind, a, b, y);
+void CpuKernels::binary_impl(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
+  const char* name = binary_name(kind);
   const BroadcastPlan plan = plan_broadcast(name, a.shape, b.shape, y.shape);
   if (y.numel() == 0) return;
   dispatch_floating(y.dtype, name, [&](auto tag) {

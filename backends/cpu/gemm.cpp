@@ -182,8 +182,7 @@ void gemm_bf16(const GemmArgs& g) {
 
 }  // namespace
 
-void CpuKernels::gemm(const GemmArgs& args) {
-  check_gemm(args);
+void CpuKernels::gemm_impl(const GemmArgs& args) {
   if (args.m == 0 || args.n == 0) return;
   if (args.a.dtype == DType::BF16 && args.c.dtype != DType::F64 && packed_gemm_bf16::available() && args.k > 0) {
     return gemm_bf16(args);

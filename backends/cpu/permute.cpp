@@ -31,8 +31,7 @@ void permute_words(const Word* x, Word* y, const Shape& y_shape, const std::vect
 
 }  // namespace
 
-void CpuKernels::permute(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) {
-  check_permute(x, y, dims);
+void CpuKernels::permute_impl(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) {
   if (y.numel() == 0) return;
   // x's element strides, then listed in y's dim order.
   const size_t rank = x.shape.size();

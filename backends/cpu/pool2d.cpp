@@ -149,8 +149,7 @@ void dispatch_indices(DType dtype, Fn&& fn) {
 
 }  // namespace
 
-void CpuKernels::pool2d_forward(const Pool2dArgs& args) {
-  const PoolGeom g = check_pool2d(args, "pool2d_forward");
+void CpuKernels::pool2d_forward_impl(const Pool2dArgs& args, const PoolGeom& g) {
   const int64_t in_plane = g.h * g.w, out_plane = g.oh * g.ow;
   dispatch_floating(args.input.dtype, "pool2d_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -179,8 +178,7 @@ void CpuKernels::pool2d_forward(const Pool2dArgs& args) {
   });
 }
 
-void CpuKernels::pool2d_backward(const Pool2dArgs& args) {
-  const PoolGeom g = check_pool2d(args, "pool2d_backward");
+void CpuKernels::pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g) {
   const int64_t in_plane = g.h * g.w, out_plane = g.oh * g.ow;
   dispatch_floating(args.input.dtype, "pool2d_backward", [&](auto tag) {
     using T = decltype(tag);

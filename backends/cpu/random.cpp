@@ -79,8 +79,7 @@ void random_typed(const RandomArgs& args) {
 
 }  // namespace
 
-void CpuKernels::random(const RandomArgs& args) {
-  check_random(args);
+void CpuKernels::random_impl(const RandomArgs& args) {
   dispatch_floating(args.output.dtype, "random", [&](auto tag) { random_typed<decltype(tag)>(args); });
 }
 

@@ -136,9 +136,8 @@ void reduce_generic(const T* x, const std::vector<Dim>& kept, const std::vector<
 
 }  // namespace
 
-void CpuKernels::reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) {
+void CpuKernels::reduce_impl(ReduceKind kind, const TensorRef& x, const TensorRef& y, const ReduceDims& dims) {
   const char* name = reduce_name(kind);
-  const ReduceDims dims = check_reduce(kind, x, y);
   const int64_t R = dims.R, outputs = dims.outputs;
   const auto& groups = dims.groups;
   if (outputs == 0) return;
@@ -186,8 +185,7 @@ void CpuKernels::reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y)
   });
 }
 
-void CpuKernels::argmax(const TensorRef& x, const TensorRef& y) {
-  check_argmax(x, y);
+void CpuKernels::argmax_impl(const TensorRef& x, const TensorRef& y) {
   const int64_t O = x.shape[0], R = x.shape[1], I = x.shape[2];
   if (y.numel() == 0) return;
   int64_t* out = y.as<int64_t>();

@@ -38,9 +38,8 @@ void sgd_typed(const SgdArgs& args) {
 
 }  // namespace
 
-void CpuKernels::sgd_step(const SgdArgs& args) {
+void CpuKernels::sgd_step_impl(const SgdArgs& args) {
   constexpr const char* op = "sgd_step";
-  check_sgd_step(args);
   const TensorRef& param = args.param;
   const TensorRef& grad = args.grad;
   const bool has_master = args.master.defined();

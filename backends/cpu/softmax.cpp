@@ -66,9 +66,8 @@ void softmax_backward_typed(SoftmaxKind kind, const T* y, const T* gy, T* gx, in
 
 }  // namespace
 
-void CpuKernels::softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) {
+void CpuKernels::softmax_forward_impl(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) {
   const char* name = softmax_name(kind);
-  check_softmax_forward(kind, x, y);
   const int64_t K = softmax_row_length(x.shape);
   if (x.numel() == 0) return;
   dispatch_floating(x.dtype, name, [&](auto tag) {
@@ -77,10 +76,9 @@ void CpuKernels::softmax_forward(SoftmaxKind kind, const TensorRef& x, const Ten
   });
 }
 
-void CpuKernels::softmax_backward(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
-                                  const TensorRef& grad_x) {
+void CpuKernels::softmax_backward_impl(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y,
+                                       const TensorRef& grad_x) {
   const char* name = softmax_name(kind);
-  check_softmax_backward(kind, y, grad_y, grad_x);
   const int64_t K = softmax_row_length(y.shape);
   if (y.numel() == 0) return;
   dispatch_floating(y.dtype, name, [&](auto tag) {

@@ -117,16 +117,7 @@ UnscalePair unscale_pair(DType in, DType out) {
 
 // unscale_check_finite: in[k] and out[k] of the same numel (out[k] == in[k], or an fp32 buffer for a
 // half or F64 in[k]), inv_scale and found_inf one-element fp32 tensors on this device.
-void CudaKernels::unscale_check_finite(const UnscaleArgs& args) {
-  check_unscale_args(args);
-  // Every gradient is checked before anything runs, so a bad one leaves all of them untouched.
-  for (size_t k = 0; k < args.in.size(); ++k) {
-    const TensorRef& in = args.in[k];
-    const TensorRef& out = args.out[k];
-    DEMI_CHECK(is_floating(in.dtype), "unscale_check_finite: gradient ", k, " is ", in.dtype, " ", in.shape,
-               "; gradients must be float32, float64, float16 or bfloat16");
-    check_unscale_target(k, in, out);
-  }
+void CudaKernels::unscale_check_finite_impl(const UnscaleArgs& args) {
   const DeviceGuard guard(index_);
   const float* inv_scale = args.inv_scale.as<const float>();
   float* found_inf = args.found_inf.as<float>();
@@ -163,8 +154,7 @@ void CudaKernels::unscale_check_finite(const UnscaleArgs& args) {
 }
 
 // update_scale: scale (0-d F32), growth_tracker (0-d I64), found_inf (0-d F32), all on this device.
-void CudaKernels::update_scale(const ScaleUpdateArgs& args) {
-  check_update_scale(args);
+void CudaKernels::update_scale_impl(const ScaleUpdateArgs& args) {
   DEMI_CHECK(args.scale.numel() == 1 && args.growth_tracker.numel() == 1 && args.found_inf.numel() == 1,
              "update_scale: scale ", args.scale.shape, ", growth_tracker ", args.growth_tracker.shape,
              " and found_inf ", args.found_inf.shape, " must have one element each (0-d tensors)");

@@ -303,9 +303,8 @@ BnShape chunk_shape(const BnGeom& g, int64_t blocks) {
 // batch_norm_forward: input [N, C] or [N, C, H, W] -> output (input's shape and dtype); training
 // also writes save_mean, save_invstd and updates running_* (each if given). Passes: chunk sums
 // (training only), per-channel statistics, normalisation.
-void CudaKernels::batch_norm_forward(const BatchNormArgs& args) {
+void CudaKernels::batch_norm_forward_impl(const BatchNormArgs& args, const BnGeom& g) {
   constexpr const char* op = "batch_norm_forward";
-  const BnGeom g = check_batch_norm_forward(args);
   check_channels(g, args.input, op);
   const bool train = args.mode == BatchNormMode::Train;
   dispatch_floating(args.input.dtype, op, [&](auto tag) {
@@ -339,9 +338,8 @@ void CudaKernels::batch_norm_forward(const BatchNormArgs& args) {
 // batch_norm_backward: input and grad_output [N, C] or [N, C, H, W], weight, save_mean, save_invstd
 // [C] -> grad_input (input's shape), grad_weight, grad_bias [C], each only if given. Passes: chunk
 // sums of g and g * (x - mean), per-channel results, grad_input.
-void CudaKernels::batch_norm_backward(const BatchNormArgs& args) {
+void CudaKernels::batch_norm_backward_impl(const BatchNormArgs& args, const BnGeom& g) {
   constexpr const char* op = "batch_norm_backward";
-  const BnGeom g = check_batch_norm_backward(args);
   check_channels(g, args.input, op);
   dispatch_floating(args.input.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -79,14 +79,12 @@ constexpr int kThreads = 256;
 // The most scratch memory Find may give an algorithm; those that want more are not considered.
 constexpr size_t kFindWorkspaceLimit = size_t{256} << 20;
 
-// The shared checks (backends/kernel_checks.h), plus cuDNN's 32-bit limit.
-ConvGeom check_conv(const Conv2dArgs& a, const char* op) {
-  const ConvGeom g = check_conv2d(a, op);
+// cuDNN's 32-bit limit, on top of the shared checks the entry point ran (backends/kernel_checks.h).
+void check_cudnn_limits(const Conv2dArgs& a, const char* op) {
   // cuDNN's legacy descriptors take int extents and strides (pads and strides are int already).
   for (const TensorRef* t : {&a.input, &a.weight, &a.output})
     DEMI_CHECK(t->numel() <= INT_MAX, op, ": ", t->shape, " has more than 2^31 - 1 elements, beyond cuDNN's ",
                "32-bit descriptors; split the batch");
-  return g;
 }
 
 // --- Bias kernels --------------------------------------------------------------------------------
@@ -345,9 +343,9 @@ CudaKernels::ConvPlans& CudaKernels::conv_plans() {
 void CudaKernels::PlansDeleter::operator()(ConvPlans* plans) const { delete plans; }
 
 // output = conv(input, weight) (+ bias). An empty input (C, H or W of 0) leaves the bias alone.
-void CudaKernels::conv2d_forward(const Conv2dArgs& args) {
+void CudaKernels::conv2d_forward_impl(const Conv2dArgs& args, const ConvGeom& g) {
   const char* op = "conv2d_forward";
-  const ConvGeom g = check_conv(args, op);
+  check_cudnn_limits(args, op);
   if (args.output.numel() == 0) return;
   const DeviceGuard guard(index_);
   if (args.input.numel() > 0) {  // and so the weight, since O > 0 and C > 0
@@ -365,9 +363,9 @@ void CudaKernels::conv2d_forward(const Conv2dArgs& args) {
 }
 
 // input (= grad_x) = conv_transpose(output (= grad_y), weight); zeros when O is 0.
-void CudaKernels::conv2d_backward_data(const Conv2dArgs& args) {
+void CudaKernels::conv2d_backward_data_impl(const Conv2dArgs& args, const ConvGeom& g) {
   const char* op = "conv2d_backward_data";
-  const ConvGeom g = check_conv(args, op);
+  check_cudnn_limits(args, op);
   if (args.input.numel() == 0) return;
   const DeviceGuard guard(index_);
   if (g.o > 0) {  // and so grad_y and the weight are non-empty
@@ -385,9 +383,9 @@ void CudaKernels::conv2d_backward_data(const Conv2dArgs& args) {
 
 // weight (= grad_w) = correlation of input and output (= grad_y); bias (= grad_b), if given, = the
 // sum of grad_y over N, OH, OW. An empty batch or input gives zeros.
-void CudaKernels::conv2d_backward_weight(const Conv2dArgs& args) {
+void CudaKernels::conv2d_backward_weight_impl(const Conv2dArgs& args, const ConvGeom& g) {
   const char* op = "conv2d_backward_weight";
-  const ConvGeom g = check_conv(args, op);
+  check_cudnn_limits(args, op);
   const DeviceGuard guard(index_);
   if (args.weight.numel() > 0) {
     if (args.input.numel() > 0) {  // and so grad_y, since O > 0
@@ -422,9 +420,9 @@ namespace {
 }
 }  // namespace
 
-void CudaKernels::conv2d_forward(const Conv2dArgs&) { no_cudnn("conv2d_forward"); }
-void CudaKernels::conv2d_backward_data(const Conv2dArgs&) { no_cudnn("conv2d_backward_data"); }
-void CudaKernels::conv2d_backward_weight(const Conv2dArgs&) { no_cudnn("conv2d_backward_weight"); }
+void CudaKernels::conv2d_forward_impl(const Conv2dArgs&, const ConvGeom&) { no_cudnn("conv2d_forward"); }
+void CudaKernels::conv2d_backward_data_impl(const Conv2dArgs&, const ConvGeom&) { no_cudnn("conv2d_backward_data"); }
+void CudaKernels::conv2d_backward_weight_impl(const Conv2dArgs&, const ConvGeom&) { no_cudnn("conv2d_backward_weight"); }
 
 #endif  // DEMI_HAVE_CUDNN
 

@@ -147,10 +147,8 @@ void throw_if_bad_target(const char* op, const CrossEntropyArgs& args, unsigned 
 
 // cross_entropy_forward: logits [N, K] (floating), target [N] (I64) -> loss (0-d, F64 for F64
 // logits, else F32).
-void CudaKernels::cross_entropy_forward(const CrossEntropyArgs& args) {
-  constexpr const char* op = "cross_entropy";
-  check_cross_entropy_inputs(op, args);  // the labels are checked on the device
-  check_cross_entropy_loss(op, args);
+void CudaKernels::cross_entropy_forward_impl(const CrossEntropyArgs& args) {
+  constexpr const char* op = "cross_entropy";  // the labels are checked on the device
   const DType loss_dtype = cross_entropy_loss_dtype(args.logits.dtype);
   const int64_t N = args.logits.shape[0], K = args.logits.shape[1];
   const DeviceGuard guard(index_);
@@ -181,10 +179,8 @@ void CudaKernels::cross_entropy_forward(const CrossEntropyArgs& args) {
 
 // cross_entropy_backward: logits [N, K] (floating), target [N] (I64), grad_loss (0-d, floating,
 // read on the device) -> grad_logits [N, K] in logits' dtype.
-void CudaKernels::cross_entropy_backward(const CrossEntropyArgs& args) {
-  constexpr const char* op = "cross_entropy_backward";
-  check_cross_entropy_inputs(op, args);  // the labels are checked on the device
-  check_cross_entropy_grads(op, args);
+void CudaKernels::cross_entropy_backward_impl(const CrossEntropyArgs& args) {
+  constexpr const char* op = "cross_entropy_backward";  // the labels are checked on the device
   dispatch_floating(args.grad_loss.dtype, op, [](auto) {});  // throws for a non-floating grad_loss
   const int64_t N = args.logits.shape[0], K = args.logits.shape[1];
   if (N == 0) return;  // with K = 0 every row's label is out of range: the kernel reports row 0

@@ -210,7 +210,7 @@ BroadcastIndex<Index> coalesce(const Shape& y, const std::vector<int64_t>& sa, c
 
 // fill: y (any dtype, n elements) = value rounded once into y's dtype. Integer dtypes take the
 // value truncated toward zero and refuse one that does not fit rather than wrap it silently.
-void CudaKernels::fill(const TensorRef& y, double value) {
+void CudaKernels::fill_impl(const TensorRef& y, double value) {
   uint64_t bits = 0;
   switch (y.dtype) {
     case DType::F32: { const float v = static_cast<float>(value); std::memcpy(&bits, &v, 4); break; }
@@ -251,10 +251,8 @@ void CudaKernels::fill(const TensorRef& y, double value) {
 // cast: x [any shape] of any dtype -> y of any dtype with x's numel, element by element. Into an
 // integer dtype an element that does not fit (NaN, inf, out of range) throws, as on the CPU; that
 // check costs one synchronisation, paid only by casts into integers.
-void CudaKernels::cast(const TensorRef& x, const TensorRef& y) {
+void CudaKernels::cast_impl(const TensorRef& x, const TensorRef& y) {
   const int64_t n = x.numel();
-  DEMI_CHECK(n == y.numel(), "cast: x ", x.shape, " (", x.dtype, ") has ", n, " elements but y ", y.shape,
-             " (", y.dtype, ") has ", y.numel(), "; give y x's shape");
   if (n == 0) return;
   const DeviceGuard guard(index_);
   if (x.dtype == y.dtype) {
@@ -298,8 +296,8 @@ void CudaKernels::cast(const TensorRef& x, const TensorRef& y) {
 }
 
 // unary: x [any shape] -> y of x's numel and dtype (floating), y = op(x; alpha, beta).
-void CudaKernels::unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) {
-  const char* op = check_unary(kind, x, y);
+void CudaKernels::unary_impl(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) {
+  const char* op = unary_name(kind);
   const int64_t n = x.numel();
   dispatch_floating(x.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -313,8 +311,8 @@ void CudaKernels::unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, 
 
 // binary: a and b broadcast (numpy rules) to y's shape, which may be larger than their own
 // broadcast shape; a, b and y share a floating dtype. Same-shape operands take a flat loop.
-void CudaKernels::binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
-  const char* op = check_binary(kind, a, b, y);
+void CudaKernels::binary_impl(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
+  const char* op = binary_name(kind);
   const std::vector<int64_t> sa = broadcast_strides(a.shape, y.shape, op, "a");
   const std::vector<int64_t> sb = broadcast_strides(b.shape, y.shape, op, "b");
   const int64_t n = y.numel();

@@ -271,9 +271,8 @@ CudaKernels::GemmPlans& CudaKernels::gemm_plans() {
 void CudaKernels::PlansDeleter::operator()(GemmPlans* plans) const { delete plans; }
 
 // gemm: see GemmArgs. A, B and C on this device, row-major; the batch strides are in elements.
-void CudaKernels::gemm(const GemmArgs& args) {
+void CudaKernels::gemm_impl(const GemmArgs& args) {
   const GemmArgs& g = args;
-  check_gemm(g);
   if (g.m == 0 || g.n == 0) return;
   DEMI_CHECK(g.batch <= INT32_MAX, "gemm: batch ", g.batch, " exceeds cuBLASLt's limit of ", INT32_MAX,
              "; split the batch into several calls");

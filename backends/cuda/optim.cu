@@ -178,9 +178,8 @@ int64_t work_items(int64_t n, int64_t packs) {
 
 // sgd_step: param [any shape] of a floating dtype, grad with its numel (any floating dtype),
 // momentum_buffer (when momentum != 0) and master (optional) as in SgdArgs; one fused pass.
-void CudaKernels::sgd_step(const SgdArgs& args) {
+void CudaKernels::sgd_step_impl(const SgdArgs& args) {
   constexpr const char* op = "sgd_step";
-  check_sgd_step(args);
   const TensorRef& param = args.param;
   const TensorRef& grad = args.grad;
   const bool use_momentum = args.momentum != 0.0;
@@ -216,9 +215,8 @@ void CudaKernels::sgd_step(const SgdArgs& args) {
 
 // adamw_step: param [any shape] of a floating dtype, grad with its numel (any floating dtype),
 // exp_avg / exp_avg_sq (fp32, F64 for an F64 param) and master (optional) as in AdamWArgs.
-void CudaKernels::adamw_step(const AdamWArgs& args) {
+void CudaKernels::adamw_step_impl(const AdamWArgs& args) {
   constexpr const char* op = "adamw_step";
-  check_adamw_step(args);
   const TensorRef& param = args.param;
   const bool has_master = args.master.defined();
   // The scalars exactly as adamw.cpp derives them, on the host, in double, then rounded to C.

@@ -38,8 +38,7 @@ __global__ void permute_kernel(const Word* x, Word* y, int64_t n, PermuteIndex i
 }  // namespace
 
 // permute: x of rank <= 8, any dtype -> y with y.shape[i] = x.shape[dims[i]].
-void CudaKernels::permute(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) {
-  check_permute(x, y, dims);
+void CudaKernels::permute_impl(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) {
   const int64_t n = y.numel();
   if (n == 0) return;
   const int rank = static_cast<int>(x.shape.size());

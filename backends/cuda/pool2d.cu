@@ -218,9 +218,8 @@ void dispatch_indices(DType dtype, Fn&& fn) {
 
 // pool2d_forward: input [N, C, H, W] -> output [N, C, OH, OW] (input's dtype) and, for max,
 // indices [N, C, OH, OW] (U8 or I64). One thread per output element.
-void CudaKernels::pool2d_forward(const Pool2dArgs& args) {
+void CudaKernels::pool2d_forward_impl(const Pool2dArgs& args, const PoolGeom& g64) {
   constexpr const char* op = "pool2d_forward";
-  const PoolGeom g64 = check_pool2d(args, op);
   const int64_t n_in = args.input.numel(), n_out = args.output.numel();
   dispatch_floating(args.input.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -252,9 +251,8 @@ void CudaKernels::pool2d_forward(const Pool2dArgs& args) {
 // pool2d_backward: output (= grad_y [N, C, OH, OW]) and, for max, indices -> input (= grad_x
 // [N, C, H, W]), every element written. Max pooling first checks the indices on the device; a bad
 // one costs one synchronisation to report it, as the CPU throws for it.
-void CudaKernels::pool2d_backward(const Pool2dArgs& args) {
+void CudaKernels::pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g64) {
   constexpr const char* op = "pool2d_backward";
-  const PoolGeom g64 = check_pool2d(args, op);
   const int64_t n_in = args.input.numel(), n_out = args.output.numel();
   dispatch_floating(args.input.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;

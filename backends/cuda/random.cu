@@ -51,8 +51,7 @@ __global__ void random_kernel(T* out, int64_t n, RandomKind kind, double a, doub
 }  // namespace
 
 // random: output (any shape, floating dtype) filled with uniform [a, b) or normal (a, b) draws.
-void CudaKernels::random(const RandomArgs& args) {
-  check_random(args);
+void CudaKernels::random_impl(const RandomArgs& args) {
   const bool uniform = args.kind == RandomKind::Uniform;
   const int64_t n = args.output.numel();
   dispatch_floating(args.output.dtype, "random", [&](auto tag) {

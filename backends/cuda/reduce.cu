@@ -174,8 +174,7 @@ __global__ void argmax_kernel(const T* x, int64_t O, int64_t R, int64_t I, int64
 }  // namespace
 
 // argmax: x [O, R, I] floating -> y [O, 1, I] int64.
-void CudaKernels::argmax(const TensorRef& x, const TensorRef& y) {
-  check_argmax(x, y);
+void CudaKernels::argmax_impl(const TensorRef& x, const TensorRef& y) {
   const int64_t O = x.shape[0], R = x.shape[1], I = x.shape[2];
   if (y.numel() == 0) return;
   const DeviceGuard guard(index_);
@@ -188,9 +187,8 @@ void CudaKernels::argmax(const TensorRef& x, const TensorRef& y) {
 
 // reduce: x [d0, ..., dn) of a floating dtype -> y of x's rank with each reduced dim of extent 1
 // (or 0-d for a full reduction), of any floating dtype.
-void CudaKernels::reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) {
+void CudaKernels::reduce_impl(ReduceKind kind, const TensorRef& x, const TensorRef& y, const ReduceDims& dims) {
   const char* name = reduce_name(kind);
-  const ReduceDims dims = check_reduce(kind, x, y);
   const int64_t R = dims.R, outputs = dims.outputs;
   const auto& groups = dims.groups;  // neighbouring dims of the same kind merged, outer first
   if (outputs == 0) return;

@@ -1,0 +1,96 @@
+// The kernel entry points of backends/kernels.h: each checks its arguments with the checks every
+// backend shares (kernel_checks.h), then calls the device's implementation. Here and nowhere else,
+// so a new backend cannot forget a check or word it differently.
+#include "backends/kernels.h"
+
+#include "backends/kernel_checks.h"
+
+namespace demi::backend {
+
+void Kernels::cast(const TensorRef& x, const TensorRef& y) {
+  check_cast(x, y);
+  cast_impl(x, y);
+}
+void Kernels::unary(UnaryKind kind, const TensorRef& x, const TensorRef& y, double alpha, double beta) {
+  check_unary(kind, x, y);
+  unary_impl(kind, x, y, alpha, beta);
+}
+void Kernels::binary(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
+  check_binary(kind, a, b, y);
+  binary_impl(kind, a, b, y);
+}
+void Kernels::reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) {
+  const ReduceDims dims = check_reduce(kind, x, y);
+  reduce_impl(kind, x, y, dims);
+}
+void Kernels::argmax(const TensorRef& x, const TensorRef& y) {
+  check_argmax(x, y);
+  argmax_impl(x, y);
+}
+void Kernels::permute(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) {
+  check_permute(x, y, dims);
+  permute_impl(x, y, dims);
+}
+void Kernels::gemm(const GemmArgs& args) {
+  check_gemm(args);
+  gemm_impl(args);
+}
+void Kernels::conv2d_forward(const Conv2dArgs& args) {
+  conv2d_forward_impl(args, check_conv2d(args, "conv2d_forward"));
+}
+void Kernels::conv2d_backward_data(const Conv2dArgs& args) {
+  conv2d_backward_data_impl(args, check_conv2d(args, "conv2d_backward_data"));
+}
+void Kernels::conv2d_backward_weight(const Conv2dArgs& args) {
+  conv2d_backward_weight_impl(args, check_conv2d(args, "conv2d_backward_weight"));
+}
+void Kernels::pool2d_forward(const Pool2dArgs& args) { pool2d_forward_impl(args, check_pool2d(args, "pool2d_forward")); }
+void Kernels::pool2d_backward(const Pool2dArgs& args) {
+  pool2d_backward_impl(args, check_pool2d(args, "pool2d_backward"));
+}
+void Kernels::batch_norm_forward(const BatchNormArgs& args) {
+  batch_norm_forward_impl(args, check_batch_norm_forward(args));
+}
+void Kernels::batch_norm_backward(const BatchNormArgs& args) {
+  batch_norm_backward_impl(args, check_batch_norm_backward(args));
+}
+void Kernels::softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) {
+  check_softmax_forward(kind, x, y);
+  softmax_forward_impl(kind, x, y);
+}
+void Kernels::softmax_backward(SoftmaxKind kind, const TensorRef& y, const TensorRef& grad_y, const TensorRef& grad_x) {
+  check_softmax_backward(kind, y, grad_y, grad_x);
+  softmax_backward_impl(kind, y, grad_y, grad_x);
+}
+void Kernels::cross_entropy_forward(const CrossEntropyArgs& args) {
+  check_cross_entropy_inputs("cross_entropy", args);
+  check_cross_entropy_loss("cross_entropy", args);
+  cross_entropy_forward_impl(args);
+}
+void Kernels::cross_entropy_backward(const CrossEntropyArgs& args) {
+  check_cross_entropy_inputs("cross_entropy_backward", args);
+  check_cross_entropy_grads("cross_entropy_backward", args);
+  cross_entropy_backward_impl(args);
+}
+void Kernels::random(const RandomArgs& args) {
+  check_random(args);
+  random_impl(args);
+}
+void Kernels::sgd_step(const SgdArgs& args) {
+  check_sgd_step(args);
+  sgd_step_impl(args);
+}
+void Kernels::adamw_step(const AdamWArgs& args) {
+  check_adamw_step(args);
+  adamw_step_impl(args);
+}
+void Kernels::unscale_check_finite(const UnscaleArgs& args) {
+  check_unscale(args);
+  unscale_check_finite_impl(args);
+}
+void Kernels::update_scale(const ScaleUpdateArgs& args) {
+  check_update_scale(args);
+  update_scale_impl(args);
+}
+
+}  // namespace demi::backend
