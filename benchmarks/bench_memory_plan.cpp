@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
       std::vector<int64_t> classes(static_cast<size_t>(net.input[0]));
       for (size_t i = 0; i < classes.size(); ++i) classes[i] = static_cast<int64_t>(i) % net.classes;
       const Tensor labels = tensor(classes, {net.input[0]});
-      amp::TrainStep step(*opt, scaler, {Device::Kind::CPU, s.autocast, 0.0, 1});
+      training::TrainStep step(*opt, scaler, {Device::Kind::CPU, s.autocast, 0.0, 1});
       reset_peak_memory_stats(Device::cpu());
       step.run([&](int) { return cross_entropy((*model)(inputs), labels); });
       const MemoryReport m = memory_report();

@@ -97,10 +97,10 @@ Row run_row(const Config& c, const std::string& net, const Device& device, const
   amp::GradScaler::Options so;
   so.enabled = precision == "fp16";  // bf16 has fp32's range and needs no scaling
   amp::GradScaler scaler(so);
-  amp::TrainStep::Options to;
+  training::TrainStep::Options to;
   to.device = device.kind();
   to.dtype = dtype_of(precision);
-  amp::TrainStep train_step(opt, scaler, to);
+  training::TrainStep train_step(opt, scaler, to);
 
   const Tensor x = randn({batch, 3, 32, 32}, gen, DType::F32, device);
   std::mt19937_64 rng(0);

@@ -1,5 +1,5 @@
 // The train_cifar loop: data, model, optimizer, scaler and schedule from the config; one
-// amp::TrainStep per batch; evaluation, metrics.jsonl, checkpoints and the summary per epoch.
+// training::TrainStep per batch; evaluation, metrics.jsonl, checkpoints and the summary per epoch.
 #include "train/trainer.h"
 
 #include <unistd.h>
@@ -423,9 +423,9 @@ double run_training(const TrainerConfig& c) {
   }
   // With --clip 0 the norm is still measured (an infinite bound never clips) for metrics.jsonl.
   const double clip = c.clip > 0 ? c.clip : std::numeric_limits<double>::infinity();
-  amp::TrainStep::Options step_options{device.kind(), dtype, clip, c.accum};
+  training::TrainStep::Options step_options{device.kind(), dtype, clip, c.accum};
   step_options.ddp = ddp.get();
-  amp::TrainStep train_step(*opt, scaler, step_options, schedule.get());
+  training::TrainStep train_step(*opt, scaler, step_options, schedule.get());
   // mpirun gives every rank a pseudo-terminal even when its own output is a pipe: plain lines there.
   const bool tty = !group && ::isatty(STDOUT_FILENO);
   // Without a terminal: a line every --log-every steps, and at least every 30 s (big batches of a
@@ -483,7 +483,7 @@ double run_training(const TrainerConfig& c) {
       const Tensor images = batch.images.to(device), labels = batch.labels.to(device);
       const int64_t micro = images.size(0) / c.accum;
       probe_now = batch_index == steps_per_epoch - 1;
-      amp::TrainStep::Result r = train_step.run([&](int i) {
+      training::TrainStep::Result r = train_step.run([&](int i) {
         const Tensor x = c.accum == 1 ? images : images.slice(i * micro, (i + 1) * micro);
         const Tensor y = c.accum == 1 ? labels : labels.slice(i * micro, (i + 1) * micro);
         return cross_entropy(net(x), y, {c.label_smoothing});

@@ -1,5 +1,5 @@
 // Trainer: train_cifar's loop. It owns the model, optimizer, scaler, schedule and data loaders,
-// runs amp::TrainStep per batch, evaluates, logs metrics.jsonl, checkpoints every epoch and
+// runs training::TrainStep per batch, evaluates, logs metrics.jsonl, checkpoints every epoch and
 // prints a progress line and a summary. The CLI in train_cifar.cpp only fills TrainerConfig.
 #pragma once
 

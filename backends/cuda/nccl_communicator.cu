@@ -39,16 +39,7 @@ cudaStream_t stream_of(int device) { return static_cast<CudaKernels&>(kernels_fo
 
 }  // namespace
 
-NcclUniqueId nccl_unique_id() {
-  static_assert(sizeof(ncclUniqueId) == sizeof(NcclUniqueId), "NCCL_UNIQUE_ID_BYTES changed");
-  ncclUniqueId id;
-  DEMI_NCCL_CHECK(ncclGetUniqueId(&id));
-  NcclUniqueId out;
-  std::memcpy(out.data(), &id, sizeof(id));
-  return out;
-}
-
-NcclCommunicator::NcclCommunicator(int device, int rank, int size, const NcclUniqueId& id) : device_(device) {
+NcclCommunicator::NcclCommunicator(int device, int rank, int size, const CommunicatorId& id) : device_(device) {
   kernels_for_device(device);  // a clear error when the device is unusable
   DeviceGuard guard(device);
   ncclUniqueId nccl_id;
@@ -75,3 +66,30 @@ void NcclCommunicator::broadcast(void* data, size_t count, DType dtype, int root
 }
 
 }  // namespace demi::backend::cuda
+
+namespace demi::backend {
+
+namespace {
+void check_cuda(const Device& device) {
+  DEMI_CHECK(device.is_cuda(), "process group (nccl): needs a CUDA device, got ", device,
+             "; CPU tensors go through init_process_group(\"mpi\")");
+}
+}  // namespace
+
+CommunicatorId new_communicator_id(const Device& device) {
+  check_cuda(device);
+  static_assert(sizeof(ncclUniqueId) == sizeof(CommunicatorId), "NCCL_UNIQUE_ID_BYTES changed");
+  ncclUniqueId id;
+  DEMI_NCCL_CHECK(ncclGetUniqueId(&id));
+  CommunicatorId out;
+  std::memcpy(out.data(), &id, sizeof(id));
+  return out;
+}
+
+std::unique_ptr<DeviceCommunicator> make_device_communicator(const Device& device, int rank, int size,
+                                                             const CommunicatorId& id) {
+  check_cuda(device);
+  return std::make_unique<cuda::NcclCommunicator>(device.index(), rank, size, id);
+}
+
+}  // namespace demi::backend

@@ -1,5 +1,5 @@
 // A complete mixed-precision training loop with demi: fp16 autocast, dynamic loss scaling,
-// gradient clipping of the true gradients, all through amp::TrainStep. Built as `amp_example`.
+// gradient clipping of the true gradients, all through training::TrainStep. Built as `amp_example`.
 #include <demi/demi.h>
 
 #include <iostream>
@@ -21,7 +21,7 @@ int main() {
   sgd.momentum = 0.9;
   optim::SGD opt(net.parameters(), sgd);
   amp::GradScaler scaler;  // init_scale 65536, growth every 2000 clean steps
-  amp::TrainStep step(opt, scaler, {Device::Kind::CPU, DType::F16, /*clip_grad_norm=*/1.0, /*micro_batches=*/1});
+  training::TrainStep step(opt, scaler, {Device::Kind::CPU, DType::F16, /*clip_grad_norm=*/1.0, /*micro_batches=*/1});
 
   const Tensor images = randn({32, 3, 16, 16}, gen);
   std::vector<int64_t> labels(32);

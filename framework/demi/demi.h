@@ -5,7 +5,6 @@
 #include "framework/amp/category.h"
 #include "framework/amp/grad_scaler.h"
 #include "framework/amp/memory_plan.h"
-#include "framework/amp/train_step.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"
 #include "framework/autograd/profiler.h"
@@ -42,6 +41,7 @@
 #include "framework/tensor/generator.h"
 #include "framework/tensor/state_dict.h"
 #include "framework/tensor/tensor.h"
+#include "framework/training/train_step.h"
 
 namespace demi {
 // Threads the CPU backend uses (default: all cores).

@@ -49,7 +49,7 @@ MasterRun train(const data::Dataset& train_set, optim::MasterWeights masters,
   o.rounding = rounding;
   optim::SGD opt(net.parameters(), o);
   amp::GradScaler scaler;
-  amp::TrainStep step(opt, scaler, {Device::Kind::CPU, DType::F16, 0.0, 1});
+  training::TrainStep step(opt, scaler, {Device::Kind::CPU, DType::F16, 0.0, 1});
 
   data::DataLoader::Options lo;
   lo.batch_size = 64;

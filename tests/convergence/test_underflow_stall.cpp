@@ -43,7 +43,7 @@ StallRun train(const data::Dataset& train_set, bool use_scaler) {
   amp::GradScaler::Options so;
   so.enabled = use_scaler;
   amp::GradScaler scaler(so);
-  amp::TrainStep step(opt, scaler, {Device::Kind::CPU, DType::F16, 0.0, 1});
+  training::TrainStep step(opt, scaler, {Device::Kind::CPU, DType::F16, 0.0, 1});
   const Tensor first_weight = net.parameters().front();  // conv1's weight: the deepest gradient
   std::vector<double> zero_fractions;
   step.set_gradient_probe([&] {

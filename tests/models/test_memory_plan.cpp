@@ -72,7 +72,7 @@ TEST(MemoryPlan, MatchesMemoryReportOnATrainingStep) {
       std::vector<int64_t> classes(static_cast<size_t>(batch));
       for (int64_t i = 0; i < batch; ++i) classes[static_cast<size_t>(i)] = i % 10;
       const Tensor labels = tensor(classes, {batch});
-      amp::TrainStep step(opt, scaler, {Device::Kind::CPU, c.autocast, 0.0, 1});
+      training::TrainStep step(opt, scaler, {Device::Kind::CPU, c.autocast, 0.0, 1});
       reset_peak_memory_stats(Device::cpu());
       autograd::reset_saved_tensor_peak();
       step.run([&](int) { return cross_entropy((*model)(images), labels); });

@@ -49,7 +49,7 @@ TEST(SmallCnnAmp, TrainStepLowersTheLossInEachPrecision) {
     amp::GradScaler::Options so;
     so.enabled = dtype == DType::F16;  // bf16 has fp32's range: no scaler
     amp::GradScaler scaler(so);
-    amp::TrainStep step(opt, scaler, {Device::Kind::CPU, dtype, 5.0, 1});
+    training::TrainStep step(opt, scaler, {Device::Kind::CPU, dtype, 5.0, 1});
     double first = 0, last = 0;
     for (int i = 0; i < 12; ++i) {
       const auto r = step.run([&](int) { return cross_entropy(net(x), y); });

@@ -3,7 +3,7 @@
 // to wait for on the host, since every later kernel of the device runs after them.
 #include <cstring>
 
-#include "backends/cuda/nccl_communicator.h"
+#include "backends/device_communicator.h"
 #include "framework/dist/detail.h"
 #include "framework/tensor/factories.h"
 
@@ -20,13 +20,13 @@ class ProcessGroupNccl final : public ProcessGroup {
  public:
   ProcessGroupNccl(const Device& device, ProcessGroup& bootstrap)
       : device_(device), rank_(bootstrap.rank()), size_(bootstrap.size()) {
-    backend::cuda::NcclUniqueId id{};
-    if (rank_ == 0) id = backend::cuda::nccl_unique_id();
+    backend::CommunicatorId id{};
+    if (rank_ == 0) id = backend::new_communicator_id(device);
     const Tensor bytes = empty({static_cast<int64_t>(id.size() / sizeof(int64_t))}, DType::I64);  // 128 bytes
     std::memcpy(bytes.data_ptr(), id.data(), id.size());
     bootstrap.broadcast(bytes, 0);
     std::memcpy(id.data(), bytes.data_ptr(), id.size());
-    comm_ = std::make_unique<backend::cuda::NcclCommunicator>(device.index(), rank_, size_, id);
+    comm_ = backend::make_device_communicator(device, rank_, size_, id);
   }
 
   int rank() const override { return rank_; }
@@ -59,7 +59,7 @@ class ProcessGroupNccl final : public ProcessGroup {
 
   Device device_;
   int rank_, size_;
-  std::unique_ptr<backend::cuda::NcclCommunicator> comm_;
+  std::unique_ptr<backend::DeviceCommunicator> comm_;
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Poisoned inputs never reach the weights: a NaN or inf in a batch makes amp::TrainStep skip the
+// Poisoned inputs never reach the weights: a NaN or inf in a batch makes training::TrainStep skip the
 // update, through the GradScaler under fp16 (counted as a skipped step) and by itself in fp32 and
 // bf16, where nothing else would catch it. Bad labels, shapes and dtypes at the public API are
 // demi::Error naming the problem.
@@ -46,7 +46,7 @@ void expect_poisoned_step_is_skipped(DType dtype, float poison) {
   amp::GradScaler::Options so;
   so.enabled = dtype == DType::F16;
   amp::GradScaler scaler(so);
-  amp::TrainStep step(opt, scaler, {Device::Kind::CPU, dtype, 0.0, 1});
+  training::TrainStep step(opt, scaler, {Device::Kind::CPU, dtype, 0.0, 1});
   const Tensor labels = tensor(std::vector<int64_t>{0, 1, 2, 3, 0, 1}, {6});
 
   const auto clean = step.run([&](int) { return cross_entropy(net.seq(batch_with(0.5f, net.gen)), labels); });

@@ -1,4 +1,4 @@
-// Steady state: 1,000 fp16 training steps (autocast + GradScaler + SGD through amp::TrainStep) of
+// Steady state: 1,000 fp16 training steps (autocast + GradScaler + SGD through training::TrainStep) of
 // a tiny conv net must not grow memory after warm-up: the caching allocator's bytes, its calls to
 // the system allocator and the live C++ heap objects all stay exactly where they were.
 #include <gtest/gtest.h>
@@ -62,7 +62,7 @@ TEST(SteadyState, ThousandFp16StepsDoNotGrowMemory) {
   o.momentum = 0.9;
   optim::SGD opt(net.parameters(), o);
   amp::GradScaler scaler;
-  amp::TrainStep step(opt, scaler, {Device::Kind::CPU, DType::F16, 5.0, 1});
+  training::TrainStep step(opt, scaler, {Device::Kind::CPU, DType::F16, 5.0, 1});
   std::vector<int64_t> label_values;
   for (int i = 0; i < kBatch; ++i) label_values.push_back(i % 10);
   const Tensor labels = tensor(label_values, {kBatch});

@@ -70,10 +70,10 @@ void check_ddp_matches_one_process(const dist::DistributedDataParallel::Options&
   amp::GradScaler::Options disabled;
   disabled.enabled = false;
   amp::GradScaler no_scaler(disabled);
-  amp::TrainStep::Options step_options{Device::Kind::CPU, DType::F32, 0.0, micro_batches};
-  amp::TrainStep ref_step(ref_opt, no_scaler, step_options);
+  training::TrainStep::Options step_options{Device::Kind::CPU, DType::F32, 0.0, micro_batches};
+  training::TrainStep ref_step(ref_opt, no_scaler, step_options);
   step_options.ddp = &ddp;
-  amp::TrainStep ddp_step(ddp_opt, no_scaler, step_options);
+  training::TrainStep ddp_step(ddp_opt, no_scaler, step_options);
   for (int step = 0; step < 3; ++step) {
     const Data all = global_batch(step), mine = my_half(all);
     // Micro-batch i of the reference is rows [i*16/m, (i+1)*16/m); of a rank, its half of those.
@@ -169,9 +169,9 @@ TEST(DistributedDataParallel, Fp16TrainingKeepsEveryRankBitwiseIdentical) {
   amp::GradScaler::Options so;
   so.reduce_found_inf = dist::found_inf_reduction(group);
   amp::GradScaler scaler(so);
-  amp::TrainStep::Options step_options{Device::Kind::CPU, DType::F16, 0.0, 1};
+  training::TrainStep::Options step_options{Device::Kind::CPU, DType::F16, 0.0, 1};
   step_options.ddp = &ddp;
-  amp::TrainStep step(opt, scaler, step_options);
+  training::TrainStep step(opt, scaler, step_options);
   Generator data_gen(1000 + world().rank());
   for (int s = 0; s < 4; ++s) {
     const Tensor x = randn({8, 3, 32, 32}, data_gen);

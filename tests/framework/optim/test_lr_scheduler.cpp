@@ -94,7 +94,7 @@ TEST(LRScheduler, SkippedStepsAreCountedAndTheScheduleKeepsItsPace) {
   auto opt = make_sgd(w, 0.1);
   optim::StepLR sched(opt, 2, 0.5);
   amp::GradScaler scaler;
-  amp::TrainStep step(opt, scaler, {Device::Kind::CPU, DType::F16, 0.0, 1}, &sched);
+  training::TrainStep step(opt, scaler, {Device::Kind::CPU, DType::F16, 0.0, 1}, &sched);
   // the first iteration overflows in fp16 (gradient 2 * 65536), as a real fp16 run's first steps do
   const auto r = step.run([&](int) { return sum(w.to(DType::F16) * 2.0); });
   EXPECT_FALSE(r.stepped);

@@ -1,5 +1,5 @@
 // TrainStep::run: the order of the AMP step, in one place.
-#include "framework/amp/train_step.h"
+#include "framework/training/train_step.h"
 
 #include <cmath>
 #include <optional>
@@ -10,9 +10,9 @@
 #include "framework/tensor/factories.h"
 #include "framework/ops/ops.h"
 
-namespace demi::amp {
+namespace demi::training {
 
-TrainStep::TrainStep(optim::Optimizer& optimizer, GradScaler& scaler, const Options& options,
+TrainStep::TrainStep(optim::Optimizer& optimizer, amp::GradScaler& scaler, const Options& options,
                      optim::LRScheduler* scheduler)
     : optimizer_(optimizer), scaler_(scaler), options_(options), scheduler_(scheduler) {
   DEMI_CHECK(options.dtype == DType::F16 || options.dtype == DType::BF16 || options.dtype == DType::F32,
@@ -37,7 +37,7 @@ TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
   for (int i = 0; i < options_.micro_batches; ++i) {
     Tensor loss;
     {
-      std::optional<AutocastGuard> autocast;
+      std::optional<amp::AutocastGuard> autocast;
       if (options_.dtype != DType::F32) autocast.emplace(options_.device, options_.dtype);
       loss = loss_fn(i);
     }
@@ -73,4 +73,4 @@ TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
   return result;
 }
 
-}  // namespace demi::amp
+}  // namespace demi::training

@@ -1,8 +1,9 @@
-// amp::TrainStep: the one correct mixed-precision step, written once so nobody reorders it:
+// training::TrainStep: the one correct mixed-precision step, written once so nobody reorders it:
 // zero_grad; per micro-batch, forward + loss under autocast and the scaled backward outside it;
 // unscale_; optional clipping of the true gradients; step (skipped on inf/NaN); update; scheduler.
 // A non-finite loss never reaches the weights: with the scaler its inf/NaN gradients make the
 // scaler skip the step (and count it); without one (fp32, bf16) the step is skipped here.
+// It sits above amp/, optim/ and dist/ (it drives all three), so that none of them depends on another.
 #pragma once
 
 #include <functional>
@@ -16,7 +17,7 @@ namespace demi::dist {
 class DistributedDataParallel;
 }
 
-namespace demi::amp {
+namespace demi::training {
 
 class TrainStep {
  public:
@@ -37,7 +38,7 @@ class TrainStep {
   };
 
   // scheduler (optional) is stepped once per run(), told whether the step was skipped.
-  TrainStep(optim::Optimizer& optimizer, GradScaler& scaler, const Options& options,
+  TrainStep(optim::Optimizer& optimizer, amp::GradScaler& scaler, const Options& options,
             optim::LRScheduler* scheduler = nullptr);
   // loss_fn(i) runs the forward pass of micro-batch i and returns its loss.
   Result run(const std::function<Tensor(int micro_batch)>& loss_fn);
@@ -49,10 +50,16 @@ class TrainStep {
   bool any_rank(bool flag, const Device& device);  // flag or'ed over the ranks of options_.ddp's group
 
   optim::Optimizer& optimizer_;
-  GradScaler& scaler_;
+  amp::GradScaler& scaler_;
   Options options_;
   optim::LRScheduler* scheduler_;
   std::function<void()> probe_;
 };
 
+}  // namespace demi::training
+
+namespace demi::amp {
+// Its former name (it lived in framework/amp until amp stopped depending on dist).
+using TrainStep [[deprecated("use demi::training::TrainStep (framework/training/train_step.h)")]] =
+    training::TrainStep;
 }  // namespace demi::amp
