@@ -1,5 +1,6 @@
 // train_cifar: trains SmallCNN or AirNet on CIFAR-10 in fp32, bf16 or fp16. Parses the command
-// line into a TrainerConfig; the loop lives in trainer.cpp. Errors print one line and exit 2.
+// line once into a TrainerConfig (option names into enums); the loop lives in trainer.cpp. Errors
+// print one line and exit 2.
 // Under mpirun -np N (or torchrun-style variables) the N processes train data parallel.
 #include <CLI/CLI.hpp>
 
@@ -31,30 +32,26 @@ int main(int argc, char** argv) {
 
   CLI::App app{"train_cifar: train a small CNN on CIFAR-10 in the precision you choose (demi)"};
   app.get_formatter()->column_width(34);
-  app.add_option("--precision", c.precision, "fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling)")
-      ->check(CLI::IsMember({"fp16", "bf16", "fp32"}))->capture_default_str();
+  cli::add_choice(app, c.precision, "fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling)");
   app.add_option("--device", device, "cpu or cuda (default: cuda when a GPU is present)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--model", c.model, "SmallCNN or AirNet (../shared/bench/README.md)")
-      ->check(CLI::IsMember({"SmallCNN", "AirNet"}))->capture_default_str();
+  cli::add_choice(app, c.model, "SmallCNN or AirNet (../shared/bench/README.md)");
   app.add_option("--data-dir", c.data_dir, "CIFAR-10: image folders train/<class>/*.jpg or the binary batches "
                  "(default: $DEMI_CIFAR10, else ./data/cifar-10)")->capture_default_str();
   app.add_option("--epochs", c.epochs, "epochs to train")->check(cli::non_negative())->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "images per step, in all: under mpirun -np N each process takes 1/N")->check(cli::positive())->capture_default_str();
   app.add_option("--lr", c.lr, "peak learning rate")->check(cli::non_negative())->capture_default_str();
-  app.add_option("--optimizer", c.optimizer, "sgd (Nesterov momentum), adamw, or muon (with --recipe airbench-muon, "
-                 "which sets it)")
-      ->check(CLI::IsMember({"sgd", "adamw", "muon"}))->capture_default_str();
+  cli::add_choice(app, c.optimizer, "sgd (Nesterov momentum), adamw, or muon (with --recipe airbench-muon, "
+                  "which sets it)");
   app.add_option("--momentum", c.momentum, "SGD's Nesterov momentum (0: plain SGD)")->check(cli::between(0.0, 0.999))
       ->capture_default_str();
   app.add_option("--weight-decay", c.weight_decay, "weight decay (L2 for sgd, decoupled for adamw)")
       ->check(cli::non_negative())->capture_default_str();
-  app.add_option("--schedule", c.schedule, "learning-rate schedule: onecycle, cosine (with warm-up), linear (0.2x to 1x "
-                 "over 23% of the steps, then down to 0.07x: airbench's), linear-decay (1x down to 0), step or none")
-      ->check(CLI::IsMember({"onecycle", "cosine", "linear", "linear-decay", "step", "none"}))->capture_default_str();
+  cli::add_choice(app, c.schedule, "learning-rate schedule: onecycle, cosine (with warm-up), linear (0.2x to 1x "
+                  "over 23% of the steps, then down to 0.07x: airbench's), linear-decay (1x down to 0), step or none");
   app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing in [0, 1]")
       ->check(cli::between(0.0, 1.0))->capture_default_str();
-  app.add_option("--recipe", c.recipe, "standard, or airbench: AirNet with airbench94's recipe (whitening stem from patch "
+  cli::add_choice(app, c.recipe, "standard, or airbench: AirNet with airbench94's recipe (whitening stem from patch "
                  "statistics, identity-initialised convs, frozen BatchNorm weights, 2-pixel translations with alternating "
                  "flips) and its defaults for the flags not given: --epochs 10 --batch-size 1024 --lr 1.5 (scaled with "
                  "--batch-size) "
@@ -62,23 +59,19 @@ int main(int argc, char** argv) {
                  "or airbench-muon: the same model and augmentation with airbench94_muon's training (Muon for the "
                  "convolution filters at --lr, Nesterov SGD for biases and head, whitening bias trained 3 epochs): "
                  "--epochs 8 --batch-size 2000 --lr 0.24 --optimizer muon --momentum 0.85 (SGD's) --weight-decay "
-                 "0.00241 (the head's) --schedule linear-decay --label-smoothing 0.2 --tta 2")
-      ->check(CLI::IsMember({"standard", "airbench", "airbench-muon"}))->capture_default_str();
+                 "0.00241 (the head's) --schedule linear-decay --label-smoothing 0.2 --tta 2");
   app.add_option("--tta", c.tta, "test-time augmentation of the final evaluation: 0 none, 1 mirror, 2 mirror and "
                  "one-pixel translations (6 passes)")->check(cli::between(0, 2))->capture_default_str();
   app.add_flag("--lookahead", c.lookahead, "every 5 steps pull the weights to their running average (airbench's "
                "lookahead; the last epoch ends on the average)");
   app.add_flag("--half-params", c.half_params, "model weights in fp16/bf16 with fp32 masters in the optimizer "
                "(BatchNorm stays fp32)");
-  app.add_option("--master-weights", c.master_weights, "with --half-params: fp32 (the optimizer steps an fp32 copy) or "
-                 "none (it steps the half weights directly; updates below half an ulp are lost: for experiments)")
-      ->check(CLI::IsMember({"fp32", "none"}))->capture_default_str();
-  app.add_option("--rounding", c.rounding, "with --half-params: how the optimizer writes the half weights: nearest, "
-                 "or stochastic (unbiased: small updates survive on average, so --master-weights none trains; "
-                 "SGD and AdamW)")
-      ->check(CLI::IsMember({"nearest", "stochastic"}))->capture_default_str();
-  app.add_option("--loss-scale", c.loss_scale, "dynamic (GradScaler; fp16 only), none, or a fixed number")
-      ->capture_default_str();
+  cli::add_choice(app, c.master_weights, "with --half-params: fp32 (the optimizer steps an fp32 copy) or "
+                  "none (it steps the half weights directly; updates below half an ulp are lost: for experiments)");
+  cli::add_choice(app, c.rounding, "with --half-params: how the optimizer writes the half weights: nearest, "
+                  "or stochastic (unbiased: small updates survive on average, so --master-weights none trains; "
+                  "SGD and AdamW)");
+  cli::add_loss_scale(app, c.loss_scale, "dynamic (GradScaler; fp16 only), none, or a fixed number");
   app.add_option("--clip", c.clip, "clip the global gradient norm to this (0: off); applied to true gradients")
       ->check(cli::non_negative())->capture_default_str();
   app.add_option("--accum", c.accum, "micro-batches per step (gradient accumulation); must divide --batch-size")

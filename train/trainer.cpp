@@ -174,23 +174,14 @@ void keep_records_up_to(const std::string& path, int64_t step) {
 }  // namespace
 
 
-DType compute_dtype(const std::string& precision) {
-  if (precision == "fp16") return DType::F16;
-  if (precision == "bf16") return DType::BF16;
-  DEMI_CHECK(precision == "fp32", "--precision: '", precision, "' is not one of fp16, bf16, fp32");
-  return DType::F32;
-}
-
 double run_training(const TrainerConfig& c) {
   if (!c.report_dir.empty()) {
     write_report(c.report_dir);
     std::cout << "wrote " << c.report_dir << "/report.html\n";
     return 0.0;
   }
+  check_config(c);
   const DType dtype = compute_dtype(c.precision);
-  DEMI_CHECK(c.epochs >= 0 && c.batch_size >= 1 && c.accum >= 1 && c.batch_size % c.accum == 0,
-             "--epochs must be >= 0, --batch-size >= 1, and --batch-size divisible by --accum (got ", c.batch_size,
-             " and ", c.accum, ")");
   if (c.threads > 0) set_num_threads(c.threads);
 
   // Data parallel when a launcher (mpirun, torchrun) started several processes: each rank trains
@@ -238,21 +229,9 @@ double run_training(const TrainerConfig& c) {
   manual_seed(c.seed);
   std::shared_ptr<nn::Module> model = make_recipe_model(c, gen, &train_set);
   model->to(device);
-  if (c.half_params) {
-    DEMI_CHECK(dtype != DType::F32, "--half-params needs --precision fp16 or bf16");
-    model->to(dtype);  // BatchNorm stays fp32
-  }
-  DEMI_CHECK(c.master_weights == "fp32" || c.master_weights == "none", "--master-weights: '", c.master_weights,
-             "' is not one of fp32, none");
-  const optim::MasterWeights masters =
-      c.master_weights == "fp32" ? optim::MasterWeights::Fp32 : optim::MasterWeights::None;
-  DEMI_CHECK(c.rounding == "nearest" || c.rounding == "stochastic", "--rounding: '", c.rounding,
-             "' is not one of nearest, stochastic");
-  DEMI_CHECK(c.rounding == "nearest" || c.half_params, "--rounding stochastic rounds the half weights the optimizer "
-             "writes: add --half-params (and --master-weights none to train them without fp32 masters)");
-  DEMI_CHECK(c.rounding == "nearest" || c.optimizer != "muon", "--rounding stochastic: Muon writes its matrices "
-             "through framework ops, which round to nearest; use --optimizer sgd or adamw");
-  const optim::Rounding rounding = c.rounding == "stochastic" ? optim::Rounding::Stochastic : optim::Rounding::Nearest;
+  if (c.half_params) model->to(dtype);  // BatchNorm stays fp32
+  const optim::MasterWeights masters = c.master_weights;
+  const optim::Rounding rounding = c.rounding;
   std::unique_ptr<optim::Optimizer> opt;
   const std::vector<ParamGroup> groups = parameter_groups(c, *model);
   auto sgd_options = [&](const ParamGroup& g) {
@@ -266,9 +245,9 @@ double run_training(const TrainerConfig& c) {
     o.rounding_seed = c.seed;
     return o;
   };
-  if (c.optimizer == "sgd") {
+  if (c.optimizer == OptimizerKind::Sgd) {
     opt = make_grouped<optim::SGD>(groups, sgd_options);
-  } else if (c.optimizer == "muon") {
+  } else if (c.optimizer == OptimizerKind::Muon) {
     // The recipe's Muon groups (filters) and SGD groups (everything else), in the recipe's order.
     std::unique_ptr<optim::Muon> muon;
     for (const ParamGroup& g : groups) {
@@ -285,7 +264,6 @@ double run_training(const TrainerConfig& c) {
     }
     opt = std::move(muon);
   } else {
-    DEMI_CHECK(c.optimizer == "adamw", "--optimizer: '", c.optimizer, "' is not one of sgd, adamw, muon");
     opt = make_grouped<optim::AdamW>(groups, [&](const ParamGroup& g) {
       optim::AdamW::Options o;
       o.lr = c.lr * g.lr_scale;
@@ -305,17 +283,13 @@ double run_training(const TrainerConfig& c) {
   amp::GradScaler::Options so;
   if (group) so.reduce_found_inf = dist::found_inf_reduction(group);  // every rank skips together
   std::optional<double> static_scale;
-  if (c.loss_scale == "dynamic") {
+  if (c.loss_scale.kind == LossScale::Kind::Dynamic) {
     so.enabled = dtype == DType::F16;  // bf16 has fp32's range: nothing to rescue
-  } else if (c.loss_scale == "none") {
+  } else if (c.loss_scale.kind == LossScale::Kind::None) {
     so.enabled = false;
   } else {
-    char* end = nullptr;
-    const double s = std::strtod(c.loss_scale.c_str(), &end);
-    DEMI_CHECK(end && *end == '\0' && s > 0 && std::isfinite(s), "--loss-scale: '", c.loss_scale,
-               "' is not dynamic, none or a positive number");
-    so.init_scale = s;
-    static_scale = s;
+    so.init_scale = c.loss_scale.value;
+    static_scale = c.loss_scale.value;
   }
   amp::GradScaler scaler(so);
   const int64_t steps_per_epoch = train_loader.batches_per_epoch();
@@ -323,26 +297,23 @@ double run_training(const TrainerConfig& c) {
   // A short first run still draws curves in report.html: records ~100 times a run by default.
   const int64_t log_every = c.log_every > 0 ? c.log_every : std::clamp<int64_t>(total_steps / 100, 1, 50);
   std::unique_ptr<optim::LRScheduler> schedule;
-  if (c.schedule == "onecycle") {
+  if (c.schedule == ScheduleKind::OneCycle) {
     schedule = std::make_unique<optim::OneCycle>(*opt, total_steps);
-  } else if (c.schedule == "cosine") {
+  } else if (c.schedule == ScheduleKind::Cosine) {
     schedule = std::make_unique<optim::CosineWithWarmup>(*opt, std::min<int64_t>(steps_per_epoch, total_steps / 10),
                                                          total_steps);
-  } else if (c.schedule == "linear") {
+  } else if (c.schedule == ScheduleKind::Linear) {
     // airbench's np.interp points; the peak at least one step in, so that a run of a few steps
     // (total >= 2) still has increasing points.
     const double total = static_cast<double>(total_steps);
     schedule = std::make_unique<optim::PiecewiseLinear>(
         *opt, std::vector<optim::PiecewiseLinear::Point>{
                   {0.0, 0.2}, {std::max(1.0, std::floor(0.23 * total)), 1.0}, {total, 0.07}});
-  } else if (c.schedule == "linear-decay") {
+  } else if (c.schedule == ScheduleKind::LinearDecay) {
     schedule = std::make_unique<optim::PiecewiseLinear>(
         *opt, std::vector<optim::PiecewiseLinear::Point>{{0.0, 1.0}, {static_cast<double>(total_steps), 0.0}});
-  } else if (c.schedule == "step") {
+  } else if (c.schedule == ScheduleKind::Step) {
     schedule = std::make_unique<optim::StepLR>(*opt, std::max<int64_t>(1, total_steps / 3), 0.1);
-  } else {
-    DEMI_CHECK(c.schedule == "none", "--schedule: '", c.schedule,
-               "' is not one of onecycle, cosine, linear, linear-decay, step, none");
   }
   // Groups trained for their first epochs only: linear decay to 0 there, whatever --schedule says.
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -362,10 +333,12 @@ double run_training(const TrainerConfig& c) {
     const Checkpoint checkpoint = load_checkpoint(resume);  // verified; falls back to the previous one
     const json& state = checkpoint.state;
     const std::string recipe = state.value("recipe", std::string("standard"));
-    DEMI_CHECK(state.at("model") == c.model && state.at("precision") == c.precision && recipe == c.recipe,
+    DEMI_CHECK(state.at("model") == name_of(c.model) && state.at("precision") == name_of(c.precision) &&
+                   recipe == name_of(c.recipe),
                "--resume: the checkpoint is ", state.at("model").get<std::string>(), "/",
-               state.at("precision").get<std::string>(), " (recipe ", recipe, ") but this run is ", c.model, "/",
-               c.precision, " (recipe ", c.recipe, "); pass the same --model, --precision and --recipe");
+               state.at("precision").get<std::string>(), " (recipe ", recipe, ") but this run is ", name_of(c.model),
+               "/", name_of(c.precision), " (recipe ", name_of(c.recipe),
+               "); pass the same --model, --precision and --recipe");
     model->load_state_dict(checkpoint.model);
     StateDict optimizer_state, lookahead_state;
     for (const auto& [key, value] : checkpoint.optimizer) {
@@ -390,7 +363,7 @@ double run_training(const TrainerConfig& c) {
   const std::string checkpoint_dir = c.out_dir;
   int64_t batches_done_in_epoch = 0;
   auto checkpoint_now = [&](int epochs_done) {
-    json state = {{"model", c.model}, {"precision", c.precision}, {"recipe", c.recipe}, {"epochs_done", epochs_done}, {"step", step},
+    json state = {{"model", name_of(c.model)}, {"precision", name_of(c.precision)}, {"recipe", name_of(c.recipe)}, {"epochs_done", epochs_done}, {"step", step},
                   {"batches_done_in_epoch", batches_done_in_epoch}, {"best_accuracy", best_accuracy},
                   {"seed", c.seed}, {"scaler", scaler.state_dict()},
                   {"lr", opt->lr(0)}};
@@ -457,11 +430,11 @@ double run_training(const TrainerConfig& c) {
   double accuracy = 0.0;        // the final model's, with test-time augmentation when --tta asks for it
   double plain_accuracy = 0.0;  // without
   int epochs_done = first_epoch;
-  out << c.model << " " << c.precision << (c.half_params ? " (half params)" : "") << " on " << device;
+  out << name_of(c.model) << " " << name_of(c.precision) << (c.half_params ? " (half params)" : "") << " on " << device;
   if (device.is_cpu()) out << " (" << backend::cpu_isa() << " kernels)";
   if (group) out << " x " << world << " processes (" << group->backend() << ", " << c.batch_size / world << " images each)";
   out << ", " << c.epochs << " epochs of " << steps_per_epoch << " steps, batch " << c.batch_size
-      << (c.recipe != "standard" ? ", recipe " + c.recipe : std::string()) << std::endl;
+      << (c.recipe != Recipe::Standard ? ", recipe " + name_of(c.recipe) : std::string()) << std::endl;
   int nonfinite_in_a_row = 0;
   int64_t nonfinite_total = 0;
   double loss_since_record = 0.0;  // for the step records' loss_mean: one step's loss is noisy
@@ -588,14 +561,15 @@ double run_training(const TrainerConfig& c) {
   // Summary
   const double total_time = seconds_since(run_start);
   const MemoryReport memory = memory_report(device);
-  json summary = {{"model", c.model},
-                  {"precision", c.precision},
-                  {"half_params", c.half_params}, {"master_weights", c.master_weights}, {"rounding", c.rounding},
+  json summary = {{"model", name_of(c.model)},
+                  {"precision", name_of(c.precision)},
+                  {"half_params", c.half_params}, {"master_weights", name_of(c.master_weights)},
+                  {"rounding", name_of(c.rounding)},
                   {"device", device.str()}, {"cpu_isa", backend::cpu_isa()},
                   {"epochs", epochs_done},
                   {"time_s", total_time},
                   {"images_per_s", total_time > 0 ? static_cast<double>(images_seen) / total_time : 0.0},
-                  {"recipe", c.recipe},
+                  {"recipe", name_of(c.recipe)},
                   {"final_test_accuracy", accuracy},
                   {"final_test_accuracy_without_tta", plain_accuracy}, {"tta", c.tta},
                   {"best_test_accuracy", best_accuracy},
@@ -608,7 +582,7 @@ double run_training(const TrainerConfig& c) {
   summary["peak_memory_bytes"] = peak;
   if (main_rank) write_file_atomically(c.out_dir + "/summary.json", summary.dump(2) + "\n");
   out << "\n"
-            << std::left << std::setw(24) << "precision" << c.precision << (c.half_params ? " (half params)" : "") << "\n"
+            << std::left << std::setw(24) << "precision" << name_of(c.precision) << (c.half_params ? " (half params)" : "") << "\n"
             << std::setw(24) << "epochs" << epochs_done << "\n"
             << std::setw(24) << "time" << format_duration(total_time) << "\n"
             << std::setw(24) << "images/s" << std::setprecision(0) << summary["images_per_s"].get<double>() << "\n"
