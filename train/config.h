@@ -64,9 +64,6 @@ struct TrainerConfig {
   int log_every = 0;  // steps between metrics records; 0: about 100 a run, at most every 50 steps
   int max_nonfinite_steps = 10;  // stop after this many steps in a row with an inf/NaN loss
   int64_t max_steps = 0;     // stop (and checkpoint, as on Ctrl-C) once this many steps are done; 0: no limit
-  bool eval_only = false;
-  bool plan = false;         // print the memory plan and exit (train_cifar --plan)
-  std::string report_dir;    // only regenerate DIR/report.html from DIR/metrics.jsonl
 };
 
 // Checks what no single flag can: --batch-size against --accum, --half-params against
