@@ -10,8 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "framework/core/error.h"
@@ -51,28 +49,6 @@ json describe_file(const fs::path& path) {
   return {{"bytes", bytes.size()}, {"fnv1a64", hex64(fnv1a64(bytes.data(), bytes.size()))}};
 }
 
-template <typename T>
-T field(const json& object, const char* key, const std::string& name) {
-  DEMI_CHECK(object.contains(key), name, ": missing \"", key, "\"");
-  // Checked before get<T>: converting 1e33 to an integer is undefined behaviour, not an exception.
-  const json& v = object.at(key);
-  if constexpr (std::is_integral_v<T>) {
-    DEMI_CHECK(std::is_signed_v<T> ? v.is_number_integer() : v.is_number_unsigned(), name, ": \"", key,
-               "\" must be a", std::is_signed_v<T> ? "n integer" : " non-negative integer", ", got ", v.dump());
-    if constexpr (std::is_signed_v<T>) {
-      DEMI_CHECK(v.get<int64_t>() >= std::numeric_limits<T>::min() && v.get<int64_t>() <= std::numeric_limits<T>::max(),
-                 name, ": \"", key, "\" is out of range: ", v.dump());
-    }
-  } else if constexpr (std::is_floating_point_v<T>) {
-    DEMI_CHECK(v.is_number(), name, ": \"", key, "\" must be a number, got ", v.type_name());
-  }
-  try {
-    return object.at(key).get<T>();
-  } catch (const json::exception&) {
-    DEMI_THROW(name, ": \"", key, "\" has the wrong type (", object.at(key).type_name(), ")");
-  }
-}
-
 // Checks that the tensor files of a committed state exist with the recorded size and checksum.
 void verify_files(const fs::path& root, const json& state, const std::string& name) {
   const json& record = state.at("checkpoint");
@@ -90,10 +66,11 @@ void verify_files(const fs::path& root, const json& state, const std::string& na
   }
 }
 
-Checkpoint load_verified(const fs::path& root, const fs::path& state_path) {
+Checkpoint load_verified(const fs::path& root, const fs::path& state_path, const StateCheck& check) {
   const std::string name = state_path.string();
   Checkpoint c;
   c.state = parse_checkpoint_state(read_file(state_path), name);
+  if (check) check(c.state, name);
   if (!c.state.contains("checkpoint")) {
     // Written before checkpoints were versioned: tensor files beside state.json, no checksums.
     warn("checkpoint '" + name + "' predates checksums; loading it unverified");
@@ -124,21 +101,10 @@ json parse_checkpoint_state(const std::string& text, const std::string& name) {
     DEMI_THROW(name, ": not valid JSON (", e.what(), ")");
   }
   DEMI_CHECK(s.is_object(), name, ": expected a JSON object, got ", s.type_name());
-  field<std::string>(s, "model", name);
-  field<std::string>(s, "precision", name);
-  DEMI_CHECK(field<int>(s, "epochs_done", name) >= 0, name, ": \"epochs_done\" is negative");
-  DEMI_CHECK(field<int64_t>(s, "step", name) >= 0, name, ": \"step\" is negative");
-  if (s.contains("batches_done_in_epoch"))
-    DEMI_CHECK(field<int64_t>(s, "batches_done_in_epoch", name) >= 0, name, ": \"batches_done_in_epoch\" is negative");
-  if (s.contains("best_accuracy")) field<double>(s, "best_accuracy", name);
-  if (s.contains("scaler")) {
-    DEMI_CHECK(s.at("scaler").is_object(), name, ": \"scaler\" must be an object");
-    for (const auto& [key, value] : s.at("scaler").items()) field<double>(s.at("scaler"), key.c_str(), name);
-  }
   if (s.contains("checkpoint")) {
     const json& c = s.at("checkpoint");
     DEMI_CHECK(c.is_object(), name, ": \"checkpoint\" must be an object");
-    const auto dir = field<std::string>(c, "dir", name);
+    const auto dir = read_field<std::string>(c, "dir", name);
     // Only ever a directory we wrote: never an absolute path or one that climbs out of DIR.
     DEMI_CHECK(dir.rfind("checkpoints/step-", 0) == 0 && dir.find("..") == std::string::npos &&
                    dir.find('/', 12) == std::string::npos,
@@ -148,8 +114,8 @@ json parse_checkpoint_state(const std::string& text, const std::string& name) {
       DEMI_CHECK(c.at("files").contains(file), name, ": \"checkpoint.files\" lacks ", file);
       const json& f = c.at("files").at(file);
       DEMI_CHECK(f.is_object(), name, ": \"checkpoint.files.", file, "\" must be an object");
-      field<uint64_t>(f, "bytes", name);
-      const auto sum = field<std::string>(f, "fnv1a64", name);
+      read_field<uint64_t>(f, "bytes", name);
+      const auto sum = read_field<std::string>(f, "fnv1a64", name);
       DEMI_CHECK(sum.size() == 16 && sum.find_first_not_of("0123456789abcdef") == std::string::npos, name,
                  ": \"checkpoint.files.", file, ".fnv1a64\" is not 16 hex digits");
     }
@@ -205,12 +171,12 @@ void save_checkpoint(const std::string& out_dir, int64_t step, const Checkpoint&
   }
 }
 
-Checkpoint load_checkpoint(const std::string& out_dir) {
+Checkpoint load_checkpoint(const std::string& out_dir, const StateCheck& check) {
   const fs::path root(out_dir);
   std::vector<std::string> problems;
   if (fs::exists(root / "state.json")) {
     try {
-      return load_verified(root, root / "state.json");
+      return load_verified(root, root / "state.json", check);
     } catch (const Error& e) {
       problems.push_back(e.what());
     }
@@ -224,7 +190,7 @@ Checkpoint load_checkpoint(const std::string& out_dir) {
   std::sort(dirs.rbegin(), dirs.rend());
   for (const fs::path& dir : dirs) {
     try {
-      Checkpoint c = load_verified(root, dir / "state.json");
+      Checkpoint c = load_verified(root, dir / "state.json", check);
       warn("resuming from the older checkpoint '" + dir.string() + "': " +
            (problems.empty() ? std::string("the commit record state.json is missing") : problems.front()));
       return c;

@@ -1,5 +1,6 @@
-// Numeric checks for train_cifar's options that say what a person would: "must be positive, got 0".
-// CLI11's own (PositiveNumber, Range) print their bounds as doubles, e.g. a 309-digit DBL_MAX.
+// train_cifar's option checks that say what a person would ("must be positive, got 0"; CLI11's
+// own PositiveNumber and Range print their bounds as doubles, e.g. a 309-digit DBL_MAX), and the
+// options whose text is parsed once, here, into TrainerConfig's enums.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -7,6 +8,8 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+
+#include "train/config.h"
 
 namespace demi::train::cli {
 
@@ -45,6 +48,31 @@ inline CLI::Validator between(double lo, double hi) {
   std::ostringstream requirement;
   requirement << "between " << lo << " and " << hi;
   return detail::number_check(requirement.str(), [lo, hi](double v) { return v >= lo && v <= hi; });
+}
+
+// An option naming one of an enum's values (OptionNames<E>): refused unless it is one of them,
+// parsed into `target` when given; --help shows the choices and the default.
+template <typename E>
+CLI::Option* add_choice(CLI::App& app, E& target, const std::string& help) {
+  return app
+      .add_option_function<std::string>(
+          OptionNames<E>::kFlag, [&target](const std::string& text) { target = from_name<E>(text); }, help)
+      ->check(CLI::IsMember(names_of<E>()))
+      ->default_str(name_of(target));
+}
+
+// --loss-scale: dynamic, none or a positive number, parsed into `target`.
+inline CLI::Option* add_loss_scale(CLI::App& app, LossScale& target, const std::string& help) {
+  const CLI::Validator valid(
+      [](std::string& text) -> std::string {
+        return parse_loss_scale(text) ? std::string() : "'" + text + "' is not dynamic, none or a positive number";
+      },
+      "");  // no description: --help says it in words
+  return app
+      .add_option_function<std::string>(
+          "--loss-scale", [&target](const std::string& text) { target = *parse_loss_scale(text); }, help)
+      ->check(valid)
+      ->default_str(name_of(target));
 }
 
 }  // namespace demi::train::cli

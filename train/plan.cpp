@@ -4,38 +4,44 @@
 #include <iomanip>
 #include <iostream>
 
-#include "train/recipe.h"
+#include "train/components.h"
 #include "train/trainer.h"
 
 namespace demi::train {
+namespace {
+
+// Tensors of optimizer state per parameter: SGD keeps a momentum buffer when it has momentum,
+// AdamW two moments; Muon a momentum buffer for its matrices and for its SGD groups alike.
+int optimizer_state_tensors(const TrainerConfig& c) {
+  switch (c.optimizer) {
+    case OptimizerKind::AdamW: return 2;
+    case OptimizerKind::Muon: return 1;
+    case OptimizerKind::Sgd: break;
+  }
+  return c.momentum > 0.0 ? 1 : 0;
+}
+
+}  // namespace
 
 void print_memory_plan(const TrainerConfig& c, std::ostream& out) {
+  check_config(c);
   const DType dtype = compute_dtype(c.precision);
-  Generator gen(c.seed);
-  std::shared_ptr<nn::Module> model = make_recipe_model(c, gen, nullptr);
-  model->to(c.device);
-  if (c.half_params) {
-    DEMI_CHECK(dtype != DType::F32, "--half-params needs --precision fp16 or bf16");
-    model->to(dtype);  // BatchNorm stays fp32
-  }
-  DEMI_CHECK(c.accum >= 1 && c.batch_size % c.accum == 0, "--accum ", c.accum, " must divide --batch-size ",
-             c.batch_size);
+  std::shared_ptr<nn::Module> model = make_model(c, c.device, nullptr);
   amp::MemoryPlanOptions o;
   o.input_shape = {c.batch_size / c.accum, 3, 32, 32};  // one micro-batch's activations live at a time
   o.autocast = dtype;
-  // SGD keeps a momentum buffer when it has momentum, AdamW two moments; Muon a momentum buffer
-  // for its matrices and for its SGD groups alike.
-  o.optimizer_state_tensors = c.optimizer == "adamw" ? 2 : (c.optimizer == "muon" || c.momentum > 0.0 ? 1 : 0);
-  o.masters = c.master_weights == "none" ? optim::MasterWeights::None : optim::MasterWeights::Fp32;
-  o.loss_scaling = dtype == DType::F16 && c.loss_scale != "none";
+  o.optimizer_state_tensors = optimizer_state_tensors(c);
+  o.masters = c.master_weights;
+  o.loss_scaling = dtype == DType::F16 && c.loss_scale.kind != LossScale::Kind::None;
   o.lookahead = c.lookahead;
   o.loss = [](const Tensor& logits) {  // the run's loss: cross-entropy (labels do not change its memory)
     return cross_entropy(logits, zeros({logits.size(0)}, DType::I64, logits.device()));
   };
   const amp::MemoryPlan plan = amp::plan_memory(*model, o);
 
-  out << "memory plan: " << c.model << " " << c.precision << (c.half_params ? " (half params, " : " (")
-      << "master weights " << c.master_weights << "), " << c.optimizer << ", batch " << c.batch_size
+  out << "memory plan: " << name_of(c.model) << " " << name_of(c.precision)
+      << (c.half_params ? " (half params, " : " (") << "master weights " << name_of(c.master_weights) << "), "
+      << name_of(c.optimizer) << ", batch " << c.batch_size
       << (c.accum > 1 ? " in " + std::to_string(c.accum) + " micro-batches" : std::string()) << ", on "
       << c.device << "\n"
       << plan.str() << std::fixed << std::setprecision(3) << "saved activations, traced at batch 1 and 2: "

@@ -37,25 +37,23 @@ constexpr double kMuonHeadLrPerSum = 0.67 * (9.0 / 256.0) * (9.0 / 256.0);
 constexpr double kMuonDecayPerStepAndImage = 2e-6;
 constexpr int kMuonWhiteningBiasEpochs = 3;
 
-bool airbench_muon(const TrainerConfig& c) { return c.recipe == "airbench-muon"; }
+bool airbench_muon(const TrainerConfig& c) { return c.recipe == Recipe::AirbenchMuon; }
 // Both airbench recipes share the model and the augmentation.
-bool airbench(const TrainerConfig& c) { return c.recipe == "airbench" || airbench_muon(c); }
+bool airbench(const TrainerConfig& c) { return c.recipe == Recipe::Airbench || airbench_muon(c); }
 
 }  // namespace
 
 void apply_recipe_defaults(TrainerConfig& c, const std::function<bool(const std::string&)>& given) {
-  DEMI_CHECK(c.recipe == "standard" || airbench(c), "--recipe: '", c.recipe,
-             "' is not one of standard, airbench, airbench-muon");
-  DEMI_CHECK(c.optimizer != "muon" || airbench_muon(c), "--optimizer muon: only --recipe airbench-muon says which "
+  DEMI_CHECK(c.optimizer != OptimizerKind::Muon || airbench_muon(c), "--optimizer muon: only --recipe airbench-muon says which "
              "parameters Muon trains (the convolution filters) and which SGD does; pass --recipe airbench-muon");
   if (!airbench(c)) return;
-  if (!given("--model")) c.model = "AirNet";
-  DEMI_CHECK(c.model == "AirNet", "--recipe ", c.recipe, " trains AirNet (its whitening stem and BatchNorm layout), not ",
-             c.model, "; drop --model or pass --model AirNet");
+  if (!given("--model")) c.model = ModelKind::AirNet;
+  DEMI_CHECK(c.model == ModelKind::AirNet, "--recipe ", name_of(c.recipe), " trains AirNet (its whitening stem and "
+             "BatchNorm layout), not ", name_of(c.model), "; drop --model or pass --model AirNet");
   if (airbench_muon(c)) {
-    if (!given("--optimizer")) c.optimizer = "muon";
-    DEMI_CHECK(c.optimizer == "muon", "--recipe airbench-muon trains the filters with Muon, not ", c.optimizer,
-               "; drop --optimizer (or use --recipe airbench for SGD)");
+    if (!given("--optimizer")) c.optimizer = OptimizerKind::Muon;
+    DEMI_CHECK(c.optimizer == OptimizerKind::Muon, "--recipe airbench-muon trains the filters with Muon, not ",
+               name_of(c.optimizer), "; drop --optimizer (or use --recipe airbench for SGD)");
     if (!given("--epochs")) c.epochs = 8;
     if (!given("--batch-size")) c.batch_size = kMuonBatch;
     if (!given("--lr")) c.lr = kMuonLr;
@@ -63,7 +61,7 @@ void apply_recipe_defaults(TrainerConfig& c, const std::function<bool(const std:
     // The head's L2 coefficient at its lr; the bias groups scale it (parameter_groups).
     if (!given("--weight-decay")) c.weight_decay = kMuonDecayPerStepAndImage / kMuonHeadLrPerSum;
     if (!given("--label-smoothing")) c.label_smoothing = 0.2;
-    if (!given("--schedule")) c.schedule = "linear-decay";
+    if (!given("--schedule")) c.schedule = ScheduleKind::LinearDecay;
     if (!given("--tta")) c.tta = 2;
     return;
   }
@@ -73,13 +71,13 @@ void apply_recipe_defaults(TrainerConfig& c, const std::function<bool(const std:
   if (!given("--momentum")) c.momentum = kAirbenchMomentum;
   if (!given("--weight-decay")) c.weight_decay = kAirbenchWeightDecay;
   if (!given("--label-smoothing")) c.label_smoothing = 0.2;
-  if (!given("--schedule")) c.schedule = "linear";
+  if (!given("--schedule")) c.schedule = ScheduleKind::Linear;
   if (!given("--tta")) c.tta = 2;
   if (!given("--lookahead")) c.lookahead = true;
 }
 
 std::shared_ptr<nn::Module> make_recipe_model(const TrainerConfig& c, Generator& gen, const data::Dataset* train_set) {
-  if (!airbench(c)) return models::make_model(c.model, gen);
+  if (!airbench(c)) return models::make_model(name_of(c.model), gen);
   models::AirNetOptions options;
   options.batch_norm_eps = 1e-12;
   options.batch_norm_momentum = 0.4;

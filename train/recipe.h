@@ -18,7 +18,7 @@
 
 #include "datasets/data_loader.h"
 #include "framework/demi/demi.h"
-#include "train/trainer.h"
+#include "train/config.h"
 
 namespace demi::train {
 

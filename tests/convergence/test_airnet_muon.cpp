@@ -23,13 +23,13 @@ TEST(AirNetMuonConvergence, ThreeShortEpochsReachTheFloor) {
   const test::TempDir tmp("demi_test_airnet_muon_");
   train::TrainerConfig c;
   c.data_dir = test::real_data_dir();
-  c.recipe = "airbench-muon";
+  c.recipe = train::Recipe::AirbenchMuon;
   c.epochs = 3;
   c.batch_size = 500;  // 20 steps per epoch
   train::apply_recipe_defaults(c, [](const std::string& flag) { return flag == "--epochs" || flag == "--batch-size"; });
   c.train_subset = 10000;
   c.test_subset = 2000;
-  c.precision = "fp32";
+  c.precision = train::Precision::Fp32;
   c.seed = 0;
   c.threads = 2;
   c.log_every = 10;

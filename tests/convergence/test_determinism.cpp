@@ -16,7 +16,7 @@ namespace {
 train::TrainerConfig small_run(const std::string& out_dir) {
   train::TrainerConfig c;
   c.data_dir = test::real_data_dir();
-  c.precision = "fp32";
+  c.precision = train::Precision::Fp32;
   c.epochs = 2;
   c.batch_size = 128;
   c.train_subset = 2560;  // 20 steps per epoch

@@ -44,25 +44,25 @@ constexpr double kBandNats = 0.05;
 train::TrainerConfig config_of(const std::string& name) {
   train::TrainerConfig c;
   c.data_dir = test::real_data_dir();
-  c.model = "SmallCNN";
+  c.model = train::ModelKind::SmallCNN;
   c.epochs = 3;
   c.batch_size = 128;
   c.lr = 0.05;  // the suite's own recipe, pinned (train_cifar's defaults may move): see tests/golden
   c.label_smoothing = 0.0;
-  c.schedule = "onecycle";
+  c.schedule = train::ScheduleKind::OneCycle;
   c.train_subset = 10000;  // 78 steps per epoch
   c.test_subset = 2000;
   c.seed = 0;
   c.threads = 2;
   c.log_every = 26;
   if (name == "fp32") {
-    c.precision = "fp32";
+    c.precision = train::Precision::Fp32;
   } else if (name == "bf16") {
-    c.precision = "bf16";
+    c.precision = train::Precision::Bf16;
   } else if (name == "fp16") {
-    c.precision = "fp16";
+    c.precision = train::Precision::Fp16;
   } else if (name == "fp16_half_params") {
-    c.precision = "fp16";
+    c.precision = train::Precision::Fp16;
     c.half_params = true;
   } else {
     ADD_FAILURE() << "unknown run " << name;
@@ -71,8 +71,8 @@ train::TrainerConfig config_of(const std::string& name) {
 }
 
 json config_summary(const train::TrainerConfig& c) {
-  return {{"model", c.model}, {"epochs", c.epochs}, {"batch_size", c.batch_size}, {"lr", c.lr},
-          {"schedule", c.schedule}, {"train_subset", c.train_subset}, {"test_subset", c.test_subset},
+  return {{"model", train::name_of(c.model)}, {"epochs", c.epochs}, {"batch_size", c.batch_size}, {"lr", c.lr},
+          {"schedule", train::name_of(c.schedule)}, {"train_subset", c.train_subset}, {"test_subset", c.test_subset},
           {"seed", c.seed}, {"threads", c.threads}, {"log_every", c.log_every}};
 }
 

@@ -28,67 +28,67 @@ data::Dataset random_images(int64_t n) {
 
 TEST(Recipe, AirbenchFillsOnlyTheFlagsNotGiven) {
   train::TrainerConfig c;
-  c.recipe = "airbench";
+  c.recipe = train::Recipe::Airbench;
   c.batch_size = 512;
   c.label_smoothing = 0.0;
   const std::set<std::string> given = {"--batch-size", "--label-smoothing"};
   train::apply_recipe_defaults(c, [&](const std::string& flag) { return given.count(flag) > 0; });
-  EXPECT_EQ(c.model, "AirNet");
+  EXPECT_EQ(c.model, train::ModelKind::AirNet);
   EXPECT_EQ(c.epochs, 10);
   EXPECT_EQ(c.batch_size, 512);
   EXPECT_NEAR(c.lr, 0.75, 1e-12);  // 1.5 per 1024 images, scaled to the batch given
   EXPECT_EQ(c.momentum, 0.85);
   EXPECT_NEAR(c.weight_decay, 0.0153 / 11.5, 1e-15);
   EXPECT_EQ(c.label_smoothing, 0.0);
-  EXPECT_EQ(c.schedule, "linear");
+  EXPECT_EQ(c.schedule, train::ScheduleKind::Linear);
   EXPECT_EQ(c.tta, 2);
   EXPECT_TRUE(c.lookahead);
 
   train::TrainerConfig standard;
   train::apply_recipe_defaults(standard, [](const std::string&) { return false; });
-  EXPECT_EQ(standard.model, "SmallCNN");
+  EXPECT_EQ(standard.model, train::ModelKind::SmallCNN);
   EXPECT_EQ(standard.lr, 0.1);
 }
 
 TEST(Recipe, AirbenchNamesTheModelItNeeds) {
   train::TrainerConfig c;
-  c.recipe = "airbench";
-  c.model = "SmallCNN";
+  c.recipe = train::Recipe::Airbench;
+  c.model = train::ModelKind::SmallCNN;
   EXPECT_THAT(test::error_of([&] { train::apply_recipe_defaults(c, [](const std::string& f) { return f == "--model"; }); }),
               HasSubstr("--model AirNet"));
-  c.recipe = "fast";
-  EXPECT_THAT(test::error_of([&] { train::apply_recipe_defaults(c, [](const std::string&) { return false; }); }),
+  // An unknown recipe is refused where its name is parsed (the command line, a checkpoint).
+  EXPECT_THAT(test::error_of([&] { train::from_name<train::Recipe>("fast"); }),
               HasSubstr("standard, airbench, airbench-muon"));
 }
 
 TEST(Recipe, AirbenchMuonDefaultsAndWhatItRefuses) {
   train::TrainerConfig c;
-  c.recipe = "airbench-muon";
+  c.recipe = train::Recipe::AirbenchMuon;
   train::apply_recipe_defaults(c, [](const std::string&) { return false; });
-  EXPECT_EQ(c.model, "AirNet");
-  EXPECT_EQ(c.optimizer, "muon");
+  EXPECT_EQ(c.model, train::ModelKind::AirNet);
+  EXPECT_EQ(c.optimizer, train::OptimizerKind::Muon);
   EXPECT_EQ(c.epochs, 8);
   EXPECT_EQ(c.batch_size, 2000);
   EXPECT_EQ(c.lr, 0.24);
   EXPECT_EQ(c.momentum, 0.85);
-  EXPECT_EQ(c.schedule, "linear-decay");
+  EXPECT_EQ(c.schedule, train::ScheduleKind::LinearDecay);
   EXPECT_EQ(c.tta, 2);
   EXPECT_FALSE(c.lookahead);
 
   train::TrainerConfig sgd;
-  sgd.recipe = "airbench-muon";
-  sgd.optimizer = "sgd";
+  sgd.recipe = train::Recipe::AirbenchMuon;
+  sgd.optimizer = train::OptimizerKind::Sgd;
   EXPECT_THAT(test::error_of([&] { train::apply_recipe_defaults(sgd, [](const std::string& f) { return f == "--optimizer"; }); }),
               HasSubstr("--recipe airbench"));
   train::TrainerConfig standard;
-  standard.optimizer = "muon";
+  standard.optimizer = train::OptimizerKind::Muon;
   EXPECT_THAT(test::error_of([&] { train::apply_recipe_defaults(standard, [](const std::string&) { return false; }); }),
               HasSubstr("pass --recipe airbench-muon"));
 }
 
 TEST(Recipe, AirbenchMuonGroupsFiltersForMuonAndTheRestForSgd) {
   train::TrainerConfig c;
-  c.recipe = "airbench-muon";
+  c.recipe = train::Recipe::AirbenchMuon;
   train::apply_recipe_defaults(c, [](const std::string&) { return false; });
   Generator gen(0);
   const data::Dataset images = random_images(20);
@@ -122,7 +122,7 @@ TEST(Recipe, AirbenchMuonGroupsFiltersForMuonAndTheRestForSgd) {
 
 TEST(Recipe, AirbenchModelHasAWhitenedFrozenStemAndFrozenBatchNormWeights) {
   train::TrainerConfig c;
-  c.recipe = "airbench";
+  c.recipe = train::Recipe::Airbench;
   train::apply_recipe_defaults(c, [](const std::string&) { return false; });
   const data::Dataset images = random_images(40);
   Generator gen(0);
@@ -168,7 +168,7 @@ TEST(Recipe, AugmentationPerRecipe) {
   EXPECT_EQ(standard.crop_padding, 4);
   EXPECT_EQ(standard.padding, data::Padding::Zero);
   EXPECT_FALSE(standard.alternating_flip);
-  c.recipe = "airbench";
+  c.recipe = train::Recipe::Airbench;
   const data::AugmentOptions airbench = train::train_augmentation(c);
   EXPECT_EQ(airbench.crop_padding, 2);
   EXPECT_EQ(airbench.padding, data::Padding::Reflect);

@@ -29,7 +29,7 @@ TEST(TrainerData, OneEpochWritesMetricsSummaryAndACheckpointThatResumes) {
   const fs::path& out = tmp.path;
   train::TrainerConfig c;
   c.data_dir = data;
-  c.precision = "fp16";
+  c.precision = train::Precision::Fp16;
   c.epochs = 1;
   c.batch_size = 64;
   c.train_subset = 640;
@@ -113,11 +113,11 @@ TEST(TrainerData, AirbenchRecipeResumesExactlyWithItsLookaheadAverage) {
   const fs::path &a = tmp_a.path, &b = tmp_b.path;
   train::TrainerConfig c;
   c.data_dir = test::real_data_dir();
-  c.recipe = "airbench";
+  c.recipe = train::Recipe::Airbench;
   c.epochs = 1;
   c.batch_size = 32;
   train::apply_recipe_defaults(c, [](const std::string& flag) { return flag == "--epochs" || flag == "--batch-size"; });
-  EXPECT_EQ(c.model, "AirNet");
+  EXPECT_EQ(c.model, train::ModelKind::AirNet);
   EXPECT_TRUE(c.lookahead);
   c.train_subset = 320;
   c.test_subset = 100;
@@ -133,7 +133,7 @@ TEST(TrainerData, AirbenchRecipeResumesExactlyWithItsLookaheadAverage) {
 
   // A checkpoint of one recipe does not resume under another.
   train::TrainerConfig standard = c;
-  standard.recipe = "standard";
+  standard.recipe = train::Recipe::Standard;
   standard.out_dir = standard.resume_dir = b.string();
   EXPECT_THAT(test::error_of([&] { train::run_training(standard); }), testing::HasSubstr("--recipe"));
 }
@@ -143,11 +143,11 @@ TEST(TrainerData, AirbenchMuonResumesExactlyAndFreezesTheWhiteningBiasAfterThree
   const test::TempDir tmp_a("demi_test_muon_a_"), tmp_b("demi_test_muon_b_"), tmp_c("demi_test_muon_c_");
   train::TrainerConfig c;
   c.data_dir = test::real_data_dir();
-  c.recipe = "airbench-muon";
+  c.recipe = train::Recipe::AirbenchMuon;
   c.epochs = 1;
   c.batch_size = 32;
   train::apply_recipe_defaults(c, [](const std::string& flag) { return flag == "--epochs" || flag == "--batch-size"; });
-  EXPECT_EQ(c.optimizer, "muon");
+  EXPECT_EQ(c.optimizer, train::OptimizerKind::Muon);
   c.train_subset = 320;
   c.test_subset = 100;
   expect_stop_and_resume_reproduces(c, tmp_a.path, tmp_b.path, 4);  // of 10 steps: Muon's momentum restored
@@ -171,11 +171,11 @@ TEST(TrainerData, AirbenchMuonResumesExactlyAndFreezesTheWhiteningBiasAfterThree
 TEST(TrainerData, EverySchedulePlansARunOfTwoSteps) {
   // The smallest run (2 steps): the linear schedule's warm-up point must not collapse onto its start.
   DEMI_REQUIRE_REAL_DATA();
-  for (const char* schedule : {"onecycle", "cosine", "linear", "linear-decay", "step", "none"}) {
+  for (const std::string& schedule : train::names_of<train::ScheduleKind>()) {
     const test::TempDir tmp("demi_test_schedule_");
     train::TrainerConfig c;
     c.data_dir = test::real_data_dir();
-    c.schedule = schedule;
+    c.schedule = train::from_name<train::ScheduleKind>(schedule);
     c.epochs = 1;
     c.batch_size = 32;
     c.train_subset = 64;
@@ -201,7 +201,7 @@ TEST(TrainerData, ADivergingRunStopsWithAClearErrorAndKeepsTheCheckpoint) {
 
   c.epochs = 3;
   c.lr = 1e30;  // garbage: the weights blow up and every loss after the first update is inf/NaN
-  c.schedule = "none";
+  c.schedule = train::ScheduleKind::None;
   c.max_nonfinite_steps = 3;
   c.resume_dir = c.out_dir;
   const std::string e = test::error_of([&] { train::run_training(c); });
