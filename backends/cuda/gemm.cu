@@ -284,7 +284,7 @@ void CudaKernels::gemm_impl(const GemmArgs& args) {
   auto bias_as = [&](DType dtype, void* scratch) -> const void* {
     if (!g.bias.defined()) return nullptr;
     if (g.bias.dtype == dtype) return g.bias.data;
-    cast(g.bias, TensorRef{scratch, {g.n}, dtype});
+    cast_impl(g.bias, TensorRef{scratch, {g.n}, dtype});  // our own cast: arguments built here
     return scratch;
   };
 
@@ -373,8 +373,8 @@ void CudaKernels::gemm_impl(const GemmArgs& args) {
   }
 
   if (route.widen_inputs) {
-    cast(TensorRef{g.a.data, {span_a}, g.a.dtype}, TensorRef{scratch.a, {span_a}, route.in});
-    cast(TensorRef{g.b.data, {span_b}, g.b.dtype}, TensorRef{scratch.b, {span_b}, route.in});
+    cast_impl(TensorRef{g.a.data, {span_a}, g.a.dtype}, TensorRef{scratch.a, {span_a}, route.in});
+    cast_impl(TensorRef{g.b.data, {span_b}, g.b.dtype}, TensorRef{scratch.b, {span_b}, route.in});
   }
   if (route.out_scratch && g.beta != 0.0) {  // C into the scratch D, widened: cuBLASLt applies beta there
     dispatch_floating(g.c.dtype, "gemm", [&](auto from_tag) {
