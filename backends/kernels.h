@@ -200,10 +200,29 @@ struct ScaleUpdateArgs {
   int64_t growth_interval = 2000;
 };
 
+// The kernel families, for Kernels::supports().
+enum class KernelFamily {
+  Elementwise,  // fill, cast, unary, binary, argmax, permute
+  Reduce,
+  Gemm,
+  Conv2d,
+  Pool2d,
+  BatchNorm,
+  Softmax,
+  CrossEntropy,
+  Random,
+  Optimizer,    // sgd_step, adamw_step
+  LossScaling,  // unscale_check_finite, update_scale
+};
+
 class Kernels {
  public:
   virtual ~Kernels() = default;
   virtual Device device() const = 0;
+  // Whether this build runs a family on this device. Every backend implements every kernel, but a
+  // family may need a library the build did not find (CUDA's convolutions need cuDNN): tests skip
+  // on false, and calling such a kernel anyway throws an error that names what is missing.
+  virtual bool supports(KernelFamily family) const { return true; }
 
   // Memory: raw device allocations (the caching allocator sits on top) and copies.
   virtual void* raw_allocate(size_t bytes) = 0;

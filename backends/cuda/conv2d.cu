@@ -426,4 +426,13 @@ void CudaKernels::conv2d_backward_weight_impl(const Conv2dArgs&, const ConvGeom&
 
 #endif  // DEMI_HAVE_CUDNN
 
+bool CudaKernels::supports(KernelFamily family) const {
+#if DEMI_HAVE_CUDNN
+  (void)family;
+  return true;
+#else
+  return family != KernelFamily::Conv2d;
+#endif
+}
+
 }  // namespace demi::backend::cuda

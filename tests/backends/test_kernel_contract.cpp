@@ -191,4 +191,14 @@ TEST(KernelContract, GoodArgumentsReachTheBackend) {
   EXPECT_EQ(null.calls, 3);
 }
 
+TEST(KernelContract, TheCpuSupportsEveryFamily) {
+  Kernels& cpu = kernels_for(Device::cpu());
+  for (const KernelFamily f : {KernelFamily::Elementwise, KernelFamily::Reduce, KernelFamily::Gemm,
+                               KernelFamily::Conv2d, KernelFamily::Pool2d, KernelFamily::BatchNorm,
+                               KernelFamily::Softmax, KernelFamily::CrossEntropy, KernelFamily::Random,
+                               KernelFamily::Optimizer, KernelFamily::LossScaling}) {
+    EXPECT_TRUE(cpu.supports(f)) << "family " << static_cast<int>(f);
+  }
+}
+
 }  // namespace

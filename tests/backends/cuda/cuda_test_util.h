@@ -137,6 +137,13 @@ class Buffer {
 };
 
 inline Kernels& gpu() { return kernels_for(Device::cuda(0)); }
+
+// Why a test of `family` cannot run on cuda:0 (no device, or a library this build lacks), or "".
+inline std::string gpu_lacks(KernelFamily family) {
+  if (cuda_device_count() == 0) return kNoDevice;
+  if (!gpu().supports(family)) return "this build's CUDA backend does not support the kernel family (cuDNN not found)";
+  return "";
+}
 inline Kernels& cpu() { return kernels_for(Device::cpu()); }
 
 inline const std::vector<DType> kAllDTypes = {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::U8};

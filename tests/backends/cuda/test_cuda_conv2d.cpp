@@ -212,7 +212,7 @@ class Tf32Scope {
 };
 
 TEST(CudaConv2d, AllPassesMatchFloat64OnTheCpuForEveryDType) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  if (const std::string why = gpu_lacks(KernelFamily::Conv2d); !why.empty()) GTEST_SKIP() << why;
   const Tf32Scope no_tf32(false);
   unsigned seed = 1;
   for (const DType dtype : kFloatDTypes) {
@@ -228,7 +228,7 @@ TEST(CudaConv2d, AllPassesMatchFloat64OnTheCpuForEveryDType) {
 }
 
 TEST(CudaConv2d, Tf32StaysWithinItsErrorAndTheSwitchIsPartOfThePlanKey) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  if (const std::string why = gpu_lacks(KernelFamily::Conv2d); !why.empty()) GTEST_SKIP() << why;
   {
     const Tf32Scope tf32(true);
     unsigned seed = 500;
@@ -269,7 +269,7 @@ TEST(CudaConv2d, Tf32StaysWithinItsErrorAndTheSwitchIsPartOfThePlanKey) {
 }
 
 TEST(CudaConv2d, BiasMayHaveAnotherFloatingDType) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  if (const std::string why = gpu_lacks(KernelFamily::Conv2d); !why.empty()) GTEST_SKIP() << why;
   const Tf32Scope no_tf32(false);
   const ConvCase cc{4, 5, 9, 9, 17, 3, 3, 1, 1, 1, 1};
   const std::vector<std::pair<DType, DType>> pairs = {
@@ -284,7 +284,7 @@ TEST(CudaConv2d, BiasMayHaveAnotherFloatingDType) {
 }
 
 TEST(CudaConv2d, EmptyExtentsWriteZerosOrTheBias) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  if (const std::string why = gpu_lacks(KernelFamily::Conv2d); !why.empty()) GTEST_SKIP() << why;
   // An empty batch (grad_w and grad_b are zeros), no input channels (y is the bias, grad_b the sum
   // of grad_y), no output channels (grad_x is zeros), an empty image padded into a non-empty output.
   const std::vector<ConvCase> cases = {
@@ -313,7 +313,7 @@ std::string without_location(const std::string& message) {
 }
 
 TEST(CudaConv2d, BadArgumentsThrowTheCpuBackendsMessages) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  if (const std::string why = gpu_lacks(KernelFamily::Conv2d); !why.empty()) GTEST_SKIP() << why;
   // Valid: x [2, 3, 8, 8], w [4, 3, 3, 3], y [2, 4, 8, 8], bias [4], padding 1; each case breaks one
   // thing. The buffers are large enough for any of them, though no case should read them.
   const Buffer device(gpu(), size_t{1} << 16);
@@ -377,7 +377,7 @@ TEST(CudaConv2d, BadArgumentsThrowTheCpuBackendsMessages) {
 }
 
 TEST(CudaConv2d, TensorsBeyondCudnnsIntRangeThrow) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  if (const std::string why = gpu_lacks(KernelFamily::Conv2d); !why.empty()) GTEST_SKIP() << why;
   // 50000^2 elements > 2^31 - 1; the check looks at shapes only, so a small buffer serves.
   const Buffer device(gpu(), 1024);
   Conv2dArgs a;
