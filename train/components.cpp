@@ -56,7 +56,7 @@ std::unique_ptr<optim::Optimizer> make_muon(const TrainerConfig& c, const std::v
       else muon->add_param_group(g.params, o);
     } else {
       DEMI_CHECK(muon, "--optimizer muon: the recipe's first parameter group must be a Muon group");
-      muon->add_sgd_group(g.params, sgd_options(c, g));
+      muon->add_param_group(g.params, sgd_options(c, g));  // an SGD group: SGD::Options
     }
   }
   return muon;

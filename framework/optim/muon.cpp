@@ -1,5 +1,5 @@
 // optim::Muon: the Newton-Schulz orthogonalisation and the per-matrix update, in framework ops
-// (so it runs on any backend); SGD groups reuse SGD's fused kernel.
+// (so it runs on any backend); SGD groups take the shared SGD update (sgd_update.h).
 #include "framework/optim/muon.h"
 
 #include <algorithm>
@@ -12,14 +12,6 @@ namespace demi::optim {
 namespace {
 
 Tensor frobenius_norm(const Tensor& x) { return sqrt(sum(x * x)); }
-
-SGD::Options momentum_free(const Muon::Options& o) {
-  // What SGD keeps for a Muon group: the lr (schedulers set it through SGD) and the masters policy.
-  SGD::Options s;
-  s.lr = o.lr;
-  s.master_weights = o.master_weights;
-  return s;
-}
 
 }  // namespace
 
@@ -46,37 +38,58 @@ void Muon::add_param_group(const std::vector<Tensor>& params, const Options& o) 
   DEMI_CHECK(o.weight_decay >= 0.0, "Muon: weight_decay must be >= 0, got ", o.weight_decay);
   DEMI_CHECK(o.ns_steps >= 1, "Muon: ns_steps must be >= 1, got ", o.ns_steps);
   for (size_t i = 0; i < params.size(); ++i) {
-    DEMI_CHECK(params[i].defined() && params[i].dim() >= 2, "Muon: parameter ", i, " of group ", muon_.size(),
+    DEMI_CHECK(params[i].defined() && params[i].dim() >= 2, "Muon: parameter ", i, " of group ", groups_.size(),
                " has shape ", params[i].defined() ? params[i].shape() : Shape{},
                "; Muon orthogonalises matrices (2-D, or filters taken as [out, rest]): put biases and other "
-               "vectors in an SGD group (add_sgd_group)");
+               "vectors in an SGD group (add_param_group with SGD::Options)");
   }
-  SGD::add_param_group(params, momentum_free(o));
-  muon_.push_back(o);
+  add_params(params, o.master_weights, "Muon");
+  groups_.emplace_back(o);
+  momentum_.add_group(params.size());
 }
 
-void Muon::add_sgd_group(const std::vector<Tensor>& params, const SGD::Options& options) {
-  SGD::add_param_group(params, options);
-  muon_.emplace_back();
+void Muon::add_param_group(const std::vector<Tensor>& params, const SgdOptions& o) {
+  check_sgd_options(o);
+  add_params(params, o.master_weights, "SGD");
+  groups_.emplace_back(o);
+  momentum_.add_group(params.size());
+}
+
+double Muon::lr(size_t g) const {
+  return std::visit([](const auto& o) { return o.lr; }, groups_.at(g));
+}
+
+void Muon::set_lr(size_t g, double lr) {
+  std::visit([lr](auto& o) { o.lr = lr; }, groups_.at(g));
 }
 
 void Muon::step() {
   NoGradGuard no_grad;
   for_each_gradient([&](size_t g, size_t i, const Slot& slot, const Tensor& grad) {
-    if (muon_[g]) muon_update(g, i, slot, grad);
-    else sgd_update(g, i, slot, grad);
+    if (const auto* muon = std::get_if<Options>(&groups_[g])) {
+      muon_update(*muon, g, i, slot, grad);
+    } else {
+      const SgdOptions& o = std::get<SgdOptions>(groups_[g]);
+      sgd_update(o, slot.param, slot.master, grad, momentum_, g, i, write_rounding(g, i, o.rounding, o.rounding_seed));
+    }
   });
 }
 
-void Muon::muon_update(size_t g, size_t i, const Slot& slot, const Tensor& grad) {
-  const Options& o = *muon_[g];
-  const double lr = options_[g].lr;  // the scheduler's
+std::vector<std::pair<std::string, Tensor>> Muon::slot_state(size_t g, size_t i) const { return momentum_.state(g, i); }
+
+void Muon::load_slot_state(size_t g, size_t i, std::map<std::string, Tensor>& named) {
+  const Slot& slot = slots_[g][i];
+  momentum_.restore(g, i, take_state(named, "momentum_buffer", slot, MomentumBuffers::dtype_for(slot.param)));
+}
+
+void Muon::muon_update(const Options& o, size_t g, size_t i, const Slot& slot, const Tensor& grad) {
+  const double lr = o.lr;  // as the scheduler set it
   const DType math = slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32;
   const Tensor g32 = grad.to(math);
 
   // torch.optim.Muon's momentum: an exponential average (the 1 - momentum factor cancels in the
   // normalisation below, so this is also Keller Jordan's buf = momentum * buf + grad).
-  Tensor& buffer = momentum_buffer(g, i);
+  Tensor& buffer = momentum_.at(g, i, slot.param);
   buffer.copy_(buffer * o.momentum + g32 * (1.0 - o.momentum));
   const Tensor direction = o.nesterov ? g32 * (1.0 - o.momentum) + buffer * o.momentum : buffer;
 

@@ -6,17 +6,19 @@
 //
 // Muon groups hold matrices: 2-D weights, or convolution filters [O, C, KH, KW] taken as
 // [O, C*KH*KW]. Everything else (biases, norms, often the first and last layers) goes in SGD
-// groups added with add_sgd_group, which step exactly as optim::SGD: one optimizer drives both,
-// so the GradScaler, clipping and schedulers see one parameter list (Keller Jordan's
-// MuonWithAuxAdam pattern, with airbench's Nesterov SGD for the auxiliary groups).
+// groups: add_param_group with SGD::Options, stepped by the same update as optim::SGD
+// (sgd_update.h). One optimizer drives both kinds, so the GradScaler, clipping and schedulers see
+// one parameter list (Keller Jordan's MuonWithAuxAdam pattern, with airbench's Nesterov SGD for
+// the auxiliary groups). A group's kind is the type of the options it was added with.
 #pragma once
 
 #include <map>
-#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
-#include "framework/optim/sgd.h"
+#include "framework/optim/optimizer.h"
+#include "framework/optim/sgd_update.h"
 
 namespace demi::optim {
 
@@ -28,7 +30,7 @@ namespace demi::optim {
 // more flops for tall matrices.
 Tensor newton_schulz_orthogonalize(const Tensor& x, int steps, double eps = 1e-7);
 
-class Muon : public SGD {
+class Muon : public Optimizer {
  public:
   struct Options {
     double lr = 1e-3;  // torch.optim.Muon's defaults
@@ -46,20 +48,23 @@ class Muon : public SGD {
   Muon(const std::vector<Tensor>& params, const Options& options);
   // A group of matrices with Muon updates.
   void add_param_group(const std::vector<Tensor>& params, const Options& options);
-  // A group stepped by torch.optim.SGD's update (any shape).
-  void add_sgd_group(const std::vector<Tensor>& params, const SGD::Options& options);
-  // The same, when called as SGD::add_param_group (through an SGD&).
-  void add_param_group(const std::vector<Tensor>& params, const SGD::Options& options) override {
-    add_sgd_group(params, options);
-  }
+  // A group stepped by torch.optim.SGD's update (any shape), exactly as optim::SGD steps it.
+  void add_param_group(const std::vector<Tensor>& params, const SgdOptions& options);
   void step() override;
+  double lr(size_t group) const override;
+  void set_lr(size_t group, double lr) override;
 
   // Whether group g takes Muon updates (else SGD ones).
-  bool is_muon_group(size_t g) const { return muon_.at(g).has_value(); }
+  bool is_muon_group(size_t g) const { return std::holds_alternative<Options>(groups_.at(g)); }
 
  private:
-  void muon_update(size_t g, size_t i, const Slot& slot, const Tensor& grad);
-  std::vector<std::optional<Options>> muon_;  // per group; empty for SGD groups
+  void muon_update(const Options& o, size_t g, size_t i, const Slot& slot, const Tensor& grad);
+  // "momentum_buffer" once the parameter has stepped, for both kinds of group.
+  std::vector<std::pair<std::string, Tensor>> slot_state(size_t group, size_t index) const override;
+  void load_slot_state(size_t group, size_t index, std::map<std::string, Tensor>& named) override;
+
+  std::vector<std::variant<Options, SgdOptions>> groups_;
+  MomentumBuffers momentum_;  // Muon's and SGD's alike
 };
 
 }  // namespace demi::optim

@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "framework/demi/demi.h"
 #include "support/error_of.h"
@@ -137,7 +141,7 @@ TEST(Muon, SgdGroupsStepExactlyAsSgd) {
   so.weight_decay = 0.01;
   optim::SGD sgd({a}, so);
   optim::Muon muon({m}, optim::Muon::Options());
-  muon.add_sgd_group({b}, so);
+  muon.add_param_group({b}, so);  // SGD::Options: an SGD group
   EXPECT_TRUE(muon.is_muon_group(0));
   EXPECT_FALSE(muon.is_muon_group(1));
   for (int step = 0; step < 3; ++step) {
@@ -151,27 +155,63 @@ TEST(Muon, SgdGroupsStepExactlyAsSgd) {
   }
 }
 
-// A group added through an SGD& is an SGD group of the Muon optimizer (it once added a group with
-// no Muon entry, and step() then read past the end of the per-group list).
-TEST(Muon, AGroupAddedThroughAnSgdReferenceStepsAsSgd) {
-  Generator gen(10);
-  const Tensor init = randn({5}, gen);
-  Tensor a = init.clone().requires_grad_(), b = init.clone().requires_grad_(), m = randn({3, 4}, gen).requires_grad_();
+// Muon shares SGD's update without being an SGD: no SGD& can reach its groups (one once added a
+// group with no Muon entry, and step() then read past the end of the per-group list).
+static_assert(!std::is_base_of_v<optim::SGD, optim::Muon>);
+static_assert(std::is_base_of_v<optim::Optimizer, optim::Muon>);
+
+// The schedulers drive both kinds of group through Optimizer::lr / set_lr.
+TEST(Muon, LearningRatesOfBothGroupKindsAreTheOptimizers) {
+  Tensor w = zeros({3, 4}).requires_grad_(), b = zeros({4}).requires_grad_();
+  optim::Muon::Options mo;
+  mo.lr = 0.02;
   optim::SGD::Options so;
-  so.lr = 0.2;
-  optim::SGD sgd({a}, so);
-  optim::Muon muon({m}, optim::Muon::Options());
-  optim::SGD& as_sgd = muon;
-  as_sgd.add_param_group({b}, so);
-  ASSERT_EQ(muon.num_groups(), 2u);
-  EXPECT_FALSE(muon.is_muon_group(1));
-  const Tensor g = randn({5}, gen);
-  a.set_grad(g);
-  b.set_grad(g);
-  m.set_grad(randn({3, 4}, gen));
-  sgd.step();
+  so.lr = 0.5;
+  optim::Muon muon({w}, mo);
+  muon.add_param_group({b}, so);
+  optim::Optimizer& opt = muon;
+  EXPECT_EQ(opt.lr(0), 0.02);
+  EXPECT_EQ(opt.lr(1), 0.5);
+  opt.set_lr(0, 0.01);
+  opt.set_lr(1, 0.25);
+  EXPECT_EQ(opt.lr(0), 0.01);
+  EXPECT_EQ(opt.lr(1), 0.25);
+  EXPECT_THAT(test::error_of([&] { muon.add_param_group({b}, optim::SGD::Options{-1.0}); }),
+              HasSubstr("SGD: learning rate must be >= 0"));
+}
+
+// The checkpoint format of a Muon optimizer with an SGD group, as it was when Muon derived from
+// SGD: "<group>.<index>.momentum_buffer" for both kinds, and "master" for half parameters. A
+// state dict written in that format (here by hand) restores the momentum it holds.
+TEST(Muon, StateDictKeysAreTheCheckpointFormat) {
+  Generator gen(12);
+  Tensor w = randn({3, 4}, gen).to(DType::BF16).detach().requires_grad_(), b = randn({4}, gen).requires_grad_();
+  optim::SGD::Options so;
+  so.lr = 0.1;
+  so.momentum = 0.9;
+  optim::Muon muon({w}, optim::Muon::Options());
+  muon.add_param_group({b}, so);
+  EXPECT_EQ(muon.state_dict().size(), 1u);  // before any step: only w's master
+  w.set_grad(randn({3, 4}, gen).to(DType::BF16));
+  b.set_grad(randn({4}, gen));
   muon.step();
-  EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>());
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : muon.state_dict()) keys.push_back(key);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"0.0.master", "0.0.momentum_buffer", "1.0.momentum_buffer"}));
+
+  Tensor b2 = b.detach().clone().requires_grad_();
+  optim::SGD::Options no_step = so;
+  no_step.lr = 0.0;
+  optim::Muon restored({zeros({3, 4}).requires_grad_()}, optim::Muon::Options());
+  restored.add_param_group({b2}, no_step);
+  StateDict old_format;
+  old_format["1.0.momentum_buffer"] = full({4}, 2.0);
+  restored.load_state_dict(old_format);
+  const StateDict back = restored.state_dict();
+  ASSERT_EQ(back.count("1.0.momentum_buffer"), 1u);
+  EXPECT_EQ(back.at("1.0.momentum_buffer").to_vector<float>(), std::vector<float>(4, 2.0f));
+  EXPECT_EQ(back.count("0.0.momentum_buffer"), 0u);
 }
 
 TEST(Muon, HalfParametersStepTheirFp32Masters) {
@@ -231,7 +271,7 @@ TEST(Muon, StateDictResumesTheSameTrajectory) {
 TEST(Muon, RejectsVectorsAndBadOptionsNamingTheFix) {
   Tensor bias = zeros({4}).requires_grad_(), w = zeros({4, 4}).requires_grad_();
   EXPECT_THAT(test::error_of([&] { optim::Muon({w, bias}, optim::Muon::Options()); }),
-              AllOf(HasSubstr("parameter 1 of group 0"), HasSubstr("add_sgd_group")));
+              AllOf(HasSubstr("parameter 1 of group 0"), HasSubstr("add_param_group with SGD::Options")));
   optim::Muon::Options bad;
   bad.momentum = 1.0;
   EXPECT_THAT(test::error_of([&] { optim::Muon({w}, bad); }), HasSubstr("momentum"));
