@@ -1,5 +1,5 @@
-// HostTensor and the dtype tolerances shared by the CPU kernel tests: host storage behind a
-// TensorRef with values in and out as double, and expect_close (atol + rtol * |ref|).
+// HostTensor, shared by the CPU kernel tests: host storage behind a TensorRef with values in and
+// out as double, and expect_close for it (the tolerance table is support/tolerance.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/kernels.h"
+#include "support/tolerance.h"
 
 namespace {
 
@@ -61,40 +63,29 @@ struct HostTensor {
     std::uniform_real_distribution<double> dist(lo, hi);
     for (int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
   }
+  // The stored values, in order.
+  std::vector<double> values() const {
+    std::vector<double> v(static_cast<size_t>(numel()));
+    for (int64_t i = 0; i < numel(); ++i) v[static_cast<size_t>(i)] = get(i);
+    return v;
+  }
   // fill_random, returning the stored values.
   std::vector<double> randomize(std::mt19937& rng, double lo, double hi) {
     fill_random(rng, lo, hi);
-    std::vector<double> values(static_cast<size_t>(numel()));
-    for (int64_t i = 0; i < numel(); ++i) values[static_cast<size_t>(i)] = get(i);
-    return values;
+    return values();
   }
 };
 
-// atol + rtol * |ref|, rtol from the dtype's epsilon (fp16 2^-10, bf16 2^-7).
-struct Tolerance {
-  double rtol, atol;
-};
-inline Tolerance tolerance(DType d) {
-  switch (d) {
-    case DType::F64: return {1e-12, 1e-13};
-    case DType::F32: return {2e-6, 1e-7};
-    case DType::F16: return {0x1p-10, 1e-7};
-    case DType::BF16: return {0x1p-7, 1e-7};
-    default: return {0.0, 0.0};
-  }
-}
+using demi::test::accumulated;
+using demi::test::kExact;
+using demi::test::normalized;
+using demi::test::rounded;
+using demi::test::Tolerance;
 
-// Checks every element; NaN matches NaN. Stops after a few failures to keep the log short.
-inline void expect_close(const std::vector<double>& ref, const HostTensor& got, Tolerance tol) {
-  ASSERT_EQ(static_cast<int64_t>(ref.size()), got.numel());
-  int failures = 0;
-  for (size_t i = 0; i < ref.size() && failures < 5; ++i) {
-    const double g = got.get(static_cast<int64_t>(i));
-    if (std::isnan(ref[i]) && std::isnan(g)) continue;
-    const bool ok = ref[i] == g || std::fabs(g - ref[i]) <= tol.atol + tol.rtol * std::fabs(ref[i]);
-    if (!ok) ++failures;
-    EXPECT_TRUE(ok) << "element " << i << ": got " << g << ", expected " << ref[i];
-  }
+// The one comparison (support/tolerance.h) for a kernel's output.
+inline void expect_close(const HostTensor& got, const std::vector<double>& want, Tolerance tol,
+                         const std::string& what = "") {
+  demi::test::expect_close(got.values(), want, tol, what);
 }
 
 [[maybe_unused]] const DType kFloating[] = {DType::F32, DType::F64, DType::F16, DType::BF16};

@@ -16,31 +16,6 @@
 namespace demi::backend {
 namespace {
 
-// atol + rtol * |ref|: rtol is the output dtype's epsilon (one rounding is half of it); the fp32
-// or fp64 accumulation error grows like sqrt(terms).
-bool close(double got, double ref, DType dtype, int64_t terms, double* bound) {
-  const double s = std::sqrt(static_cast<double>(std::max<int64_t>(terms, 1)));
-  double atol = dtype == DType::F64 ? 1e-13 * s : 1e-6 * s;
-  double rtol = dtype == DType::F64 ? 1e-12 : 1e-5;
-  if (dtype == DType::F16) rtol = std::ldexp(1.0, -10);
-  if (dtype == DType::BF16) rtol = std::ldexp(1.0, -7);
-  *bound = atol + rtol * std::fabs(ref);
-  return std::fabs(got - ref) <= *bound;
-}
-
-// Compares got against ref element by element; reports the first few mismatches.
-void expect_close(const HostTensor& got, const std::vector<double>& ref, int64_t terms, const char* what) {
-  int failures = 0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    double bound;
-    if (!close(got.get(i), ref[i], got.dtype, terms, &bound) && failures++ < 5) {
-      ADD_FAILURE() << what << "[" << i << "] = " << got.get(i) << ", expected " << ref[i] << " (bound " << bound
-                    << ")";
-    }
-  }
-  EXPECT_EQ(failures, 0) << what;
-}
-
 struct Case {
   const char* name;
   int64_t n, c, h, w, o, kh, kw;
@@ -123,7 +98,7 @@ void run_case(const Case& cs, DType dtype) {
     args.input = x.ref(), args.weight = w.ref(), args.output = y.ref();
     args.bias = cs.bias ? b.ref() : TensorRef{};
     k.conv2d_forward(args);
-    expect_close(y, ref, cs.c * cs.kh * cs.kw, "forward y");
+    expect_close(y, ref, accumulated(y.dtype, cs.c * cs.kh * cs.kw), "forward y");
   }
   {  // backward_data
     HostTensor gx(dtype, x.shape);
@@ -132,7 +107,7 @@ void run_case(const Case& cs, DType dtype) {
     for_each_tap([&](int64_t xi, int64_t wi, int64_t yi) { ref[xi] += gy.get(yi) * w.get(wi); });
     args.input = gx.ref(), args.weight = w.ref(), args.output = gy.ref(), args.bias = TensorRef{};
     k.conv2d_backward_data(args);
-    expect_close(gx, ref, cs.o * cs.kh * cs.kw, "grad_x");
+    expect_close(gx, ref, accumulated(gx.dtype, cs.o * cs.kh * cs.kw), "grad_x");
   }
   {  // backward_weight
     HostTensor gw(dtype, w.shape), gb(dtype, {cs.o});
@@ -143,8 +118,8 @@ void run_case(const Case& cs, DType dtype) {
     args.input = x.ref(), args.weight = gw.ref(), args.output = gy.ref();
     args.bias = cs.bias ? gb.ref() : TensorRef{};
     k.conv2d_backward_weight(args);
-    expect_close(gw, ref, cs.n * oh * ow, "grad_w");
-    if (cs.bias) expect_close(gb, ref_b, cs.n * oh * ow, "grad_b");
+    expect_close(gw, ref, accumulated(gw.dtype, cs.n * oh * ow), "grad_w");
+    if (cs.bias) expect_close(gb, ref_b, accumulated(gb.dtype, cs.n * oh * ow), "grad_b");
   }
 }
 
