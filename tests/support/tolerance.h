@@ -98,38 +98,28 @@ inline Tolerance normalized(DType d) {
 // CUDA's device math: libdevice's few-ulp functions on O(1) inputs.
 inline Tolerance device_math(DType d) { return {4 * epsilon(d), 4 * epsilon(d)}; }
 
-// Checks every element of got against want, naming `what` and the first few mismatches.
-inline void expect_close(const std::vector<double>& got, const std::vector<double>& want, Tolerance tol,
-                         const std::string& what = "") {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int failures = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (tol.accepts(got[i], want[i])) continue;
-    if (++failures <= 5) {
-      ADD_FAILURE() << what << (what.empty() ? "" : ": ") << "element " << i << " is " << got[i] << ", want "
-                    << want[i] << " (bound " << tol.bound(want[i]) << ")";
-    }
-  }
-  EXPECT_EQ(failures, 0) << what << (what.empty() ? "" : ": ") << failures << " of " << got.size()
-                         << " elements out of tolerance";
-}
-
-// The same check with one bound per element, tol[i] for element i: for a result whose error is
-// relative to something besides |want| (the magnitude of the terms a sum cancelled).
+// Checks element i of got against want[i] within tol[i], naming `what` and the first few
+// mismatches. One bound per element is for a result whose error is relative to something besides
+// |want| (the magnitude of the terms a sum cancelled); most tests pass one Tolerance for all.
 inline void expect_close(const std::vector<double>& got, const std::vector<double>& want,
                          const std::vector<Tolerance>& tol, const std::string& what = "") {
   ASSERT_EQ(got.size(), want.size()) << what;
   ASSERT_EQ(tol.size(), want.size()) << what;
+  const std::string prefix = what.empty() ? "" : what + ": ";
   int failures = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (tol[i].accepts(got[i], want[i])) continue;
     if (++failures <= 5) {
-      ADD_FAILURE() << what << (what.empty() ? "" : ": ") << "element " << i << " is " << got[i] << ", want "
-                    << want[i] << " (bound " << tol[i].bound(want[i]) << ")";
+      ADD_FAILURE() << prefix << "element " << i << " is " << got[i] << ", want " << want[i] << " (bound "
+                    << tol[i].bound(want[i]) << ")";
     }
   }
-  EXPECT_EQ(failures, 0) << what << (what.empty() ? "" : ": ") << failures << " of " << got.size()
-                         << " elements out of tolerance";
+  EXPECT_EQ(failures, 0) << prefix << failures << " of " << got.size() << " elements out of tolerance";
+}
+
+inline void expect_close(const std::vector<double>& got, const std::vector<double>& want, Tolerance tol,
+                         const std::string& what = "") {
+  expect_close(got, want, std::vector<Tolerance>(want.size(), tol), what);
 }
 
 }  // namespace demi::test

@@ -1,6 +1,7 @@
 // Shared by the tests of the CUDA backend (tests/backends/cuda): a host model of the dtypes (encode a
-// double into a dtype's bytes with one rounding, decode them back), tolerances, device buffers and
-// the two backends. Each test compares a CUDA kernel with hand values or with the CPU backend.
+// double into a dtype's bytes with one rounding, decode them back), the tolerance table, device
+// buffers and the two backends. Each test compares a CUDA kernel with hand values or with the CPU
+// backend.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,10 +14,23 @@
 
 #include "backends/kernels.h"
 #include "framework/core/half.h"
+#include "support/tolerance.h"
 
 namespace demi::backend::cuda_test {
 
 inline constexpr const char* kNoDevice = "no CUDA device (cuda_device_count() == 0)";
+
+// The one tolerance table and comparison of every kernel test (support/tolerance.h). Most CUDA
+// results are checked at device_math(dtype): the device computes in fp32 (or fp64) with libdevice's
+// few-ulp functions, the reference in double, each rounded once.
+using test::accumulated;
+using test::device_math;
+using test::epsilon;
+using test::expect_close;
+using test::kExact;
+using test::normalized;
+using test::rounded;
+using test::Tolerance;
 
 // --- Host model of the dtypes: storing a double rounds once (floating) or truncates (integers) ---
 
@@ -66,20 +80,6 @@ inline std::vector<double> decode(const std::vector<uint8_t>& bytes, DType dtype
   return values;
 }
 
-// Tolerance atol + rtol * |ref| with rtol from the dtype's epsilon: the device computes in fp32 (or
-// fp64) with libdevice's few-ulp functions, the reference in double, each rounded once. atol = rtol
-// because inputs are O(1): where terms cancel (gelu at x = -4, gelu' near its zero) the error is
-// a few ulps of the terms, not of the small result.
-inline double rtol(DType dtype) {
-  switch (dtype) {
-    case DType::F64: return 4 * 0x1p-52;
-    case DType::F32: return 4 * 0x1p-23;
-    case DType::F16: return 4 * 0x1p-10;
-    case DType::BF16: return 4 * 0x1p-7;
-    default: return 0.0;
-  }
-}
-
 // Exact comparison of stored bytes, reporting the first few differing elements by value.
 inline void expect_same(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DType dtype,
                  const std::string& what) {
@@ -90,20 +90,6 @@ inline void expect_same(const std::vector<uint8_t>& got, const std::vector<uint8
   for (size_t i = 0; i < g.size() && reported < 5; ++i) {
     if (std::memcmp(got.data() + i * width, want.data() + i * width, width) == 0) continue;
     ADD_FAILURE() << what << ": element " << i << " is " << g[i] << ", want " << w[i];
-    ++reported;
-  }
-}
-
-inline void expect_close(const std::vector<double>& got, const std::vector<double>& want, DType dtype,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  const double r = rtol(dtype), a = r;
-  int reported = 0;
-  for (size_t i = 0; i < got.size() && reported < 5; ++i) {
-    const bool same_nan = std::isnan(got[i]) && std::isnan(want[i]);
-    const bool same_inf = std::isinf(want[i]) && got[i] == want[i];
-    if (same_nan || same_inf || std::fabs(got[i] - want[i]) <= a + r * std::fabs(want[i])) continue;
-    ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
     ++reported;
   }
 }

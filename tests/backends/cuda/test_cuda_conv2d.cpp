@@ -54,44 +54,35 @@ const std::vector<ConvCase> kCases = {
     {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},  // one element everywhere
 };
 
-// |got - want| <= rel * |want| + acc * scale + tiny, with want the exact (float64) result and
-// scale the same sum over absolute values (sum of |x||w| over the receptive field, plus |b|):
-// - rel: the result's rounding into the dtype; twice for half types, whose bias is added after
-//   cuDNN has rounded the convolution (2^-11 each for fp16, 2^-8 for bf16).
-// - acc: the accumulation. fp32 sums up to 425 products here; its error is a few 2^-24 of the
-//   scale per term in the worst case and far less on average, whatever the algorithm (GEMM,
-//   Winograd, FFT), so 1e-5 of the scale is tight yet holds. TF32 cuts each input to a 10-bit
-//   mantissa: 2^-11 relative when rounded, 2^-10 when truncated (as some tensor-core kernels
-//   do), two inputs per product, so at most 2^-9 (2e-3) of the scale, ~1e-3 when rounded. Half
-//   types may keep an algorithm's intermediates (transforms, split sums) in the half type: up
-//   to about twice its rounding of the scale. fp64: far below 1e-12.
-// - tiny: half the spacing of the dtype's subnormals, for results that round there.
-struct Tolerance {
-  double rel, acc, tiny;
-};
-
-Tolerance tolerance(DType dtype, bool tf32 = false) {
+// Half the spacing of the dtype's subnormals (none for fp64): a result may round there.
+double half_subnormal(DType dtype) {
   switch (dtype) {
-    case DType::F64: return {0x1p-52, 1e-12, 0.0};
-    case DType::F32: return {0x1p-23, tf32 ? 0x1p-9 : 1e-5, 0x1p-150};
-    case DType::F16: return {0x1p-10, 0x1p-10, 0x1p-25};
-    case DType::BF16: return {0x1p-7, 0x1p-7, 0x1p-134};
-    default: return {0.0, 0.0, 0.0};
+    case DType::F32: return 0x1p-150;
+    case DType::F16: return 0x1p-25;
+    case DType::BF16: return 0x1p-134;
+    default: return 0.0;
   }
 }
 
-void expect_conv_close(const std::vector<double>& got, const std::vector<double>& want,
-                       const std::vector<double>& scale, const Tolerance& tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  ASSERT_EQ(scale.size(), want.size()) << what;
-  int reported = 0;
-  for (size_t i = 0; i < got.size() && reported < 5; ++i) {
-    const double bound = tol.rel * std::fabs(want[i]) + tol.acc * scale[i] + tol.tiny;
-    if (std::fabs(got[i] - want[i]) <= bound) continue;  // false for NaN: a NaN fails
-    ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i] << " (scale "
-                  << scale[i] << ", allowed error " << bound << ")";
-    ++reported;
-  }
+// Element i of a result in dtype: |got - want| <= eps |want| + acc scale[i] + tiny, i.e.
+// Tolerance{eps, acc scale[i] + tiny}, with want the exact (float64) result and scale the same sum
+// over absolute values (sum of |x||w| over the receptive field, plus |b|):
+// - eps = epsilon(dtype): the result's rounding into the dtype; twice for half types, whose bias is
+//   added after cuDNN has rounded the convolution (2^-11 each for fp16, 2^-8 for bf16).
+// - acc = accumulated(dtype).rtol (1e-12, 1e-5, eps, eps): fp32 sums up to 425 products here; its
+//   error is a few 2^-24 of the scale per term in the worst case and far less on average, whatever
+//   the algorithm (GEMM, Winograd, FFT), so 1e-5 of the scale is tight yet holds. TF32 cuts each
+//   input to a 10-bit mantissa: 2^-11 relative when rounded, 2^-10 when truncated (as some
+//   tensor-core kernels do), two inputs per product, so at most 2^-9 (2e-3) of the scale, ~1e-3
+//   when rounded. Half types may keep an algorithm's intermediates (transforms, split sums) in the
+//   half type: up to about twice its rounding of the scale. fp64: far below 1e-12.
+// - tiny = half_subnormal(dtype).
+std::vector<Tolerance> conv_tolerance(DType dtype, const std::vector<double>& scale, bool tf32 = false) {
+  const double acc = dtype == DType::F32 && tf32 ? 0x1p-9 : accumulated(dtype, 1).rtol;
+  const double tiny = half_subnormal(dtype);
+  std::vector<Tolerance> tol;
+  for (const double s : scale) tol.push_back({epsilon(dtype), acc * s + tiny});
+  return tol;
 }
 
 // Values drawn uniformly from [-1, 1], then stored in the dtype: the exact inputs both sides see.
@@ -138,13 +129,11 @@ void poison(Buffer& buffer, size_t bytes) {
 
 // The three passes of one case on cuda:0 against float64 on the CPU, each run twice: the second
 // call takes the cached plan and must reproduce the first bit for bit.
-void check_case(const ConvCase& cc, DType dtype, bool with_bias, DType bias_dtype, const Tolerance& tol,
-                unsigned seed) {
+void check_case(const ConvCase& cc, DType dtype, bool with_bias, DType bias_dtype, bool tf32, unsigned seed) {
   const int64_t nx = numel(cc.x_shape()), nw = numel(cc.w_shape()), ny = numel(cc.y_shape());
   std::vector<double> x = stored_uniform(nx, dtype, seed), w = stored_uniform(nw, dtype, seed + 1);
   std::vector<double> gy = stored_uniform(ny, dtype, seed + 2), b = stored_uniform(cc.o, bias_dtype, seed + 3);
   std::vector<double> ax = absolute(x), aw = absolute(w), agy = absolute(gy), ab = absolute(b);
-  const Tolerance bias_tol = tolerance(bias_dtype);
   const size_t width = dtype_size(dtype);
   const Buffer dx(gpu(), encode(x, dtype)), dw(gpu(), encode(w, dtype)), dgy(gpu(), encode(gy, dtype));
   const Buffer db(gpu(), encode(b, bias_dtype));
@@ -159,7 +148,7 @@ void check_case(const ConvCase& cc, DType dtype, bool with_bias, DType bias_dtyp
     const Conv2dArgs args = make_args(cc, dx.data(), dw.data(), y.data(), bias, dtype, bias_dtype);
     gpu().conv2d_forward(args);
     const std::vector<uint8_t> first = y.read();
-    expect_conv_close(decode(first, dtype), want, scale, tol, "forward");
+    expect_close(decode(first, dtype), want, conv_tolerance(dtype, scale, tf32), "forward");
     poison(y, ny * width);
     gpu().conv2d_forward(args);
     expect_same(y.read(), first, dtype, "forward, repeated");
@@ -173,7 +162,7 @@ void check_case(const ConvCase& cc, DType dtype, bool with_bias, DType bias_dtyp
     const Conv2dArgs args = make_args(cc, gx.data(), dw.data(), dgy.data(), nullptr, dtype, bias_dtype);
     gpu().conv2d_backward_data(args);
     const std::vector<uint8_t> first = gx.read();
-    expect_conv_close(decode(first, dtype), want, scale, tol, "backward_data");
+    expect_close(decode(first, dtype), want, conv_tolerance(dtype, scale, tf32), "backward_data");
     poison(gx, nx * width);
     gpu().conv2d_backward_data(args);
     expect_same(gx.read(), first, dtype, "backward_data, repeated");
@@ -189,8 +178,11 @@ void check_case(const ConvCase& cc, DType dtype, bool with_bias, DType bias_dtyp
         make_args(cc, dx.data(), gw.data(), dgy.data(), with_bias ? gb.data() : nullptr, dtype, bias_dtype);
     gpu().conv2d_backward_weight(args);
     const std::vector<uint8_t> first_w = gw.read(), first_b = gb.read();
-    expect_conv_close(decode(first_w, dtype), want_w, scale_w, tol, "backward_weight grad_w");
-    if (with_bias) expect_conv_close(decode(first_b, bias_dtype), want_b, scale_b, bias_tol, "backward_weight grad_b");
+    expect_close(decode(first_w, dtype), want_w, conv_tolerance(dtype, scale_w, tf32), "backward_weight grad_w");
+    if (with_bias) {
+      expect_close(decode(first_b, bias_dtype), want_b, conv_tolerance(bias_dtype, scale_b),
+                   "backward_weight grad_b");
+    }
     poison(gw, nw * width);
     poison(gb, cc.o * dtype_size(bias_dtype));
     gpu().conv2d_backward_weight(args);
@@ -221,7 +213,7 @@ TEST(CudaConv2d, AllPassesMatchFloat64OnTheCpuForEveryDType) {
         std::ostringstream name;
         name << dtype << " " << cc.name() << (with_bias ? " with bias" : " without bias");
         SCOPED_TRACE(name.str());
-        check_case(cc, dtype, with_bias, dtype, tolerance(dtype), seed += 10);
+        check_case(cc, dtype, with_bias, dtype, false, seed += 10);
       }
     }
   }
@@ -234,7 +226,7 @@ TEST(CudaConv2d, Tf32StaysWithinItsErrorAndTheSwitchIsPartOfThePlanKey) {
     unsigned seed = 500;
     for (const ConvCase& cc : kCases) {
       SCOPED_TRACE("tf32 " + cc.name());
-      check_case(cc, DType::F32, true, DType::F32, tolerance(DType::F32, true), seed += 10);
+      check_case(cc, DType::F32, true, DType::F32, true, seed += 10);
     }
   }
   // The same shape with TF32 off, on, off: the last call must take the first call's plan, not the
@@ -254,12 +246,12 @@ TEST(CudaConv2d, Tf32StaysWithinItsErrorAndTheSwitchIsPartOfThePlanKey) {
     const Tf32Scope off(false);
     gpu().conv2d_forward(args);
     fp32_result = y.read();
-    expect_conv_close(decode(fp32_result, DType::F32), want, scale, tolerance(DType::F32), "tf32 off");
+    expect_close(decode(fp32_result, DType::F32), want, conv_tolerance(DType::F32, scale), "tf32 off");
   }
   {
     const Tf32Scope on(true);
     gpu().conv2d_forward(args);
-    expect_conv_close(decode(y.read(), DType::F32), want, scale, tolerance(DType::F32, true), "tf32 on");
+    expect_close(decode(y.read(), DType::F32), want, conv_tolerance(DType::F32, scale, true), "tf32 on");
   }
   {
     const Tf32Scope off(false);
@@ -279,7 +271,7 @@ TEST(CudaConv2d, BiasMayHaveAnotherFloatingDType) {
     std::ostringstream name;
     name << dtype << " data, " << bias_dtype << " bias";
     SCOPED_TRACE(name.str());
-    check_case(cc, dtype, true, bias_dtype, tolerance(dtype), seed += 10);
+    check_case(cc, dtype, true, bias_dtype, false, seed += 10);
   }
 }
 
@@ -300,7 +292,7 @@ TEST(CudaConv2d, EmptyExtentsWriteZerosOrTheBias) {
         std::ostringstream name;
         name << dtype << " " << cc.name() << (with_bias ? " with bias" : " without bias");
         SCOPED_TRACE(name.str());
-        check_case(cc, dtype, with_bias, dtype, tolerance(dtype), seed += 10);
+        check_case(cc, dtype, with_bias, dtype, false, seed += 10);
       }
     }
   }

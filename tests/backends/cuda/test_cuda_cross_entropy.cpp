@@ -82,22 +82,14 @@ Problem make_problem(int64_t N, int64_t K, DType dtype, double smoothing, unsign
   return p;
 }
 
-// Both backends sum exp over a row and the row losses in double, in different orders: below fp32's
-// resolution, but for F64 worth (K + N) * 2^-52 relative (of the loss, of grad_loss / N for
-// gradients).
-double summation_tol(DType dtype, int64_t N, int64_t K) {
-  return dtype == DType::F64 ? static_cast<double>(K + N) * 0x1p-52 : 0.0;
-}
-
-void expect_within(const std::vector<double>& got, const std::vector<double>& want, double rel, double abs,
-                   const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int reported = 0;
-  for (size_t i = 0; i < got.size() && reported < 5; ++i) {
-    if (std::fabs(got[i] - want[i]) <= abs + rel * std::fabs(want[i])) continue;
-    ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
-    ++reported;
-  }
+// A result stored in `stored` from logits of `dtype`, [N, K]: device_math's rtol plus, for F64 logits,
+// (K + N) 2^-52: both backends sum exp over a row and the row losses in double, in different
+// orders, below fp32's resolution but not F64's. The same rate bounds the absolute error in units
+// of `unit` (1 for the loss, grad_loss / N for gradients).
+Tolerance ce_tolerance(DType stored, DType dtype, int64_t N, int64_t K, double unit) {
+  const double summation = dtype == DType::F64 ? static_cast<double>(K + N) * epsilon(DType::F64) : 0.0;
+  const double r = device_math(stored).rtol + summation;
+  return {r, r * unit};
 }
 
 TEST(CudaCrossEntropy, HandComputedLoss) {
@@ -112,7 +104,9 @@ TEST(CudaCrossEntropy, HandComputedLoss) {
       DeviceProblem d(p);
       gpu().cross_entropy_forward(d.args);
       const double got = decode(d.loss.read(), loss_dtype(dtype))[0];
-      EXPECT_NEAR(got, want, 4 * rtol(loss_dtype(dtype)) * want) << "smoothing " << s;
+      // Relative only: 4 device_math rtols of the (positive) hand value.
+      const Tolerance tol{4 * device_math(loss_dtype(dtype)).rtol, 0.0};
+      expect_close({got}, {want}, tol, "smoothing " + std::to_string(s));
     }
   }
 }
@@ -137,13 +131,12 @@ TEST(CudaCrossEntropy, ForwardAndBackwardMatchCpu) {
           gpu().cross_entropy_backward(d.args);
 
           const DType lt = loss_dtype(dtype);
-          const double loss_tol = rtol(lt) + summation_tol(dtype, N, K);
-          expect_within(decode(d.loss.read(), lt), decode(loss, lt), loss_tol, loss_tol, name.str() + " loss");
+          expect_close(decode(d.loss.read(), lt), decode(loss, lt), ce_tolerance(lt, dtype, N, K, 1.0),
+                       name.str() + " loss");
           // grad = grad_loss / N * (p - q), p and q in [0, 1]: absolute error in units of grad_loss / N.
-          const double scale = 2.5 / static_cast<double>(N);
-          const double grad_tol = rtol(dtype) + summation_tol(dtype, N, K);
-          expect_within(decode(d.grad.read(), dtype), decode(grad, dtype), grad_tol, grad_tol * scale,
-                        name.str() + " grad_logits");
+          const double unit = 2.5 / static_cast<double>(N);
+          expect_close(decode(d.grad.read(), dtype), decode(grad, dtype), ce_tolerance(dtype, dtype, N, K, unit),
+                       name.str() + " grad_logits");
         }
       }
     }
@@ -160,8 +153,8 @@ TEST(CudaCrossEntropy, GradLossOfAnyFloatingDTypeIsReadOnTheDevice) {
       cpu().cross_entropy_backward(p.cpu_args(loss, grad));
       DeviceProblem d(p);
       gpu().cross_entropy_backward(d.args);
-      const double scale = 0.375 / 33;
-      expect_within(decode(d.grad.read(), dtype), decode(grad, dtype), rtol(dtype), rtol(dtype) * scale, "grad");
+      const double unit = 0.375 / 33;
+      expect_close(decode(d.grad.read(), dtype), decode(grad, dtype), ce_tolerance(dtype, dtype, 33, 17, unit), "grad");
     }
   }
 }

@@ -167,11 +167,11 @@ TEST(CudaElementwise, UnaryMatchesReferenceAndCpu) {
       Buffer y(gpu(), source.size());
       gpu().unary(c.kind, x.ref(shape, dtype), y.ref(shape, dtype), c.alpha, c.beta);
       const std::vector<double> got = decode(y.read(), dtype);
-      expect_close(got, want, dtype, name.str() + " vs reference");
+      expect_close(got, want, device_math(dtype), name.str() + " vs reference");
       std::vector<uint8_t> on_cpu(source.size());
       TensorRef cx{const_cast<uint8_t*>(source.data()), shape, dtype}, cy{on_cpu.data(), shape, dtype};
       cpu().unary(c.kind, cx, cy, c.alpha, c.beta);
-      expect_close(got, decode(on_cpu, dtype), dtype, name.str() + " vs CPU");
+      expect_close(got, decode(on_cpu, dtype), device_math(dtype), name.str() + " vs CPU");
     }
   }
   const Buffer x(gpu(), encode({1, 2}, DType::I64));
@@ -264,13 +264,13 @@ TEST(CudaElementwise, BinaryBroadcastsMatchReferenceAndCpu) {
         Buffer dy(gpu(), want.size() * dtype_size(dtype));
         gpu().binary(op.kind, da.ref(c.a, dtype), db.ref(c.b, dtype), dy.ref(c.y, dtype));
         const std::vector<double> got = decode(dy.read(), dtype);
-        expect_close(got, want, dtype, name.str() + " vs reference");
+        expect_close(got, want, device_math(dtype), name.str() + " vs reference");
         std::vector<uint8_t> on_cpu(want.size() * dtype_size(dtype));
         TensorRef ca{const_cast<uint8_t*>(a_bytes.data()), c.a, dtype};
         TensorRef cb{const_cast<uint8_t*>(b_bytes.data()), c.b, dtype};
         TensorRef cy{on_cpu.data(), c.y, dtype};
         cpu().binary(op.kind, ca, cb, cy);
-        expect_close(got, decode(on_cpu, dtype), dtype, name.str() + " vs CPU");
+        expect_close(got, decode(on_cpu, dtype), device_math(dtype), name.str() + " vs CPU");
       }
     }
   }

@@ -55,25 +55,23 @@ int64_t span(int64_t batch, int64_t stride, int64_t matrix) {
   return (batch == 1 || stride == 0) ? matrix : (batch - 1) * stride + matrix;
 }
 
-// Error bound on one element of C: the compute's accumulation error relative to the magnitude
+// Error bound on element i of C: the compute's accumulation error relative to the magnitude mag[i] =
 // |alpha| sum |a||b| + |beta c| + |bias| (cancellation makes the result itself a poor scale), plus one
-// unit of the output's rounding: device and CPU each round once, from slightly different sums.
-double accumulate_rtol(const GemmCase& c) {
-  if (c.ab == DType::F64 || c.c == DType::F64) return 1e-12;
-  // TF32 keeps 10 mantissa bits of each operand; truncated (not rounded) in the worst case, one
-  // product errs by 2 * 2^-10 relative, which a k = 1 product shows undiluted.
-  if (c.ab == DType::F32 && c.tf32) return 0x1p-9;
-  return 1e-5;  // fp32 accumulation of O(100) terms in another order: ~sqrt(k) * 2^-24
+// unit of the output's rounding, epsilon(C) |want|: device and CPU each round once, from slightly
+// different sums; plus, for fp16, its subnormal step 2^-24. Tolerance{eps, acc mag[i] + subnormal}.
+std::vector<Tolerance> gemm_tolerance(const GemmCase& c, const std::vector<double>& mag) {
+  // fp32 accumulation of O(100) terms in another order, ~sqrt(k) 2^-24: accumulated(F32).rtol = 1e-5
+  // (accumulated(F64).rtol = 1e-12 when either side is F64). TF32 keeps 10 mantissa bits of each
+  // operand; truncated (not rounded) in the worst case, one product errs by 2 * 2^-10 relative,
+  // which a k = 1 product shows undiluted.
+  double acc = accumulated(DType::F32, c.k).rtol;
+  if (c.ab == DType::F64 || c.c == DType::F64) acc = accumulated(DType::F64, c.k).rtol;
+  else if (c.ab == DType::F32 && c.tf32) acc = 0x1p-9;
+  const double subnormal = c.c == DType::F16 ? 0x1p-24 : 0.0;
+  std::vector<Tolerance> tol;
+  for (const double m : mag) tol.push_back({epsilon(c.c), acc * m + subnormal});
+  return tol;
 }
-double output_eps(DType dtype) {
-  switch (dtype) {
-    case DType::F16: return 0x1p-10;
-    case DType::BF16: return 0x1p-7;
-    case DType::F32: return 0x1p-23;
-    default: return 0x1p-52;
-  }
-}
-double output_atol(DType dtype) { return dtype == DType::F16 ? 0x1p-24 : 0.0; }  // fp16's subnormal step
 
 // Host operands, each already rounded to its dtype, and the bytes both backends start from.
 struct Operands {
@@ -173,22 +171,6 @@ std::vector<double> magnitudes(const GemmCase& g, const Operands& o) {
   return mag;
 }
 
-void expect_gemm_close(const std::vector<double>& got, const std::vector<double>& want,
-                       const std::vector<double>& mag, const GemmCase& g) {
-  ASSERT_EQ(got.size(), want.size()) << g.name();
-  const double acc = accumulate_rtol(g), eps = output_eps(g.c), atol = output_atol(g.c);
-  int reported = 0;
-  for (size_t i = 0; i < got.size() && reported < 5; ++i) {
-    const bool same_nan = std::isnan(got[i]) && std::isnan(want[i]);
-    const bool same_inf = std::isinf(want[i]) && got[i] == want[i];
-    const double tol = acc * mag[i] + eps * std::fabs(want[i]) + atol;
-    if (same_nan || same_inf || std::fabs(got[i] - want[i]) <= tol) continue;
-    ADD_FAILURE() << g.name() << ": element " << i << " is " << got[i] << ", CPU gives " << want[i]
-                  << " (tolerance " << tol << ")";
-    ++reported;
-  }
-}
-
 // Runs the case on both backends from the same bytes and compares all of C's buffer.
 void check_case(const GemmCase& g, unsigned seed = 11) {
   SCOPED_TRACE(g.name());
@@ -197,7 +179,7 @@ void check_case(const GemmCase& g, unsigned seed = 11) {
   const std::vector<double> got = decode(run_gpu(g, o), g.c);
   for (const double v : want)  // the reference itself never reads the NaN a beta = 0 leaves in C
     ASSERT_FALSE(std::isnan(v)) << g.name() << ": the CPU reference produced NaN";
-  expect_gemm_close(got, want, magnitudes(g, o), g);
+  expect_close(got, want, gemm_tolerance(g, magnitudes(g, o)), g.name());
 }
 
 const std::vector<std::pair<Transpose, Transpose>> kTransposes = {
@@ -359,8 +341,8 @@ TEST(CudaGemm, Tf32IsUsedOnlyWhenAllowed) {
     t.tf32 = true;
     const std::vector<uint8_t> exact = run_gpu(g, o), fast = run_gpu(t, o), exact_again = run_gpu(g, o);
     const std::vector<double> want = decode(run_cpu(g, o), DType::F32), mag = magnitudes(g, o);
-    expect_gemm_close(decode(exact, DType::F32), want, mag, g);
-    expect_gemm_close(decode(fast, DType::F32), want, mag, t);
+    expect_close(decode(exact, DType::F32), want, gemm_tolerance(g, mag), g.name());
+    expect_close(decode(fast, DType::F32), want, gemm_tolerance(t, mag), t.name());
     EXPECT_TRUE(fast != exact) << t.name() << ": identical to the fp32 result, so TF32 was not used";
     EXPECT_TRUE(exact_again == exact) << g.name() << ": TF32 leaked into a call made with it off";
   }

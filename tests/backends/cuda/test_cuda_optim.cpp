@@ -59,7 +59,7 @@ class Mirror {
 };
 
 void expect_mirror_close(const Mirror& m, const std::string& what) {
-  expect_close(m.gpu_values(), m.cpu_values(), m.dtype(), what);
+  expect_close(m.gpu_values(), m.cpu_values(), device_math(m.dtype()), what);
 }
 
 struct ParamCase {

@@ -108,14 +108,14 @@ TEST(CudaPool2d, MaxForwardAndBackwardMatchCpu) {
       const std::vector<uint8_t> x = encode(tied_values(static_cast<size_t>(shape_numel(c.x)), 3), dtype);
       const Forward want = run_forward(cpu(), PoolKind::Max, c, dtype, x);
       const Forward got = run_forward(gpu(), PoolKind::Max, c, dtype, x);
-      expect_close(decode(got.y, dtype), decode(want.y, dtype), dtype, name + " output");
+      expect_close(decode(got.y, dtype), decode(want.y, dtype), device_math(dtype), name + " output");
       expect_same(got.indices, want.indices, indices_dtype(c), name + " indices");
       // Backward from the CPU's indices, so that it is pinned on its own.
       const Shape ys = out_shape(c);
       const std::vector<uint8_t> grad_y = encode(uniform(static_cast<size_t>(shape_numel(ys)), -2, 2, 4), dtype);
       const std::vector<uint8_t> gx_want = run_backward(cpu(), PoolKind::Max, c, dtype, grad_y, want.indices);
       const std::vector<uint8_t> gx_got = run_backward(gpu(), PoolKind::Max, c, dtype, grad_y, want.indices);
-      expect_close(decode(gx_got, dtype), decode(gx_want, dtype), dtype, name + " grad_x");
+      expect_close(decode(gx_got, dtype), decode(gx_want, dtype), device_math(dtype), name + " grad_x");
     }
   }
 }
@@ -129,12 +129,12 @@ TEST(CudaPool2d, AvgForwardAndBackwardMatchCpu) {
       const std::vector<uint8_t> x = encode(uniform(static_cast<size_t>(shape_numel(c.x)), -3, 3, 5), dtype);
       const Forward want = run_forward(cpu(), PoolKind::Avg, c, dtype, x);
       const Forward got = run_forward(gpu(), PoolKind::Avg, c, dtype, x);
-      expect_close(decode(got.y, dtype), decode(want.y, dtype), dtype, name + " output");
+      expect_close(decode(got.y, dtype), decode(want.y, dtype), device_math(dtype), name + " output");
       const Shape ys = out_shape(c);
       const std::vector<uint8_t> grad_y = encode(uniform(static_cast<size_t>(shape_numel(ys)), -2, 2, 6), dtype);
       const std::vector<uint8_t> gx_want = run_backward(cpu(), PoolKind::Avg, c, dtype, grad_y, {});
       const std::vector<uint8_t> gx_got = run_backward(gpu(), PoolKind::Avg, c, dtype, grad_y, {});
-      expect_close(decode(gx_got, dtype), decode(gx_want, dtype), dtype, name + " grad_x");
+      expect_close(decode(gx_got, dtype), decode(gx_want, dtype), device_math(dtype), name + " grad_x");
     }
   }
 }
@@ -157,7 +157,7 @@ TEST(CudaPool2d, MaxPropagatesNaNAndPicksTheFirst) {
       const Forward want = run_forward(cpu(), PoolKind::Max, c, dtype, x);
       const Forward got = run_forward(gpu(), PoolKind::Max, c, dtype, x);
       const std::vector<double> y = decode(got.y, dtype);
-      expect_close(y, decode(want.y, dtype), dtype, name + " output");
+      expect_close(y, decode(want.y, dtype), device_math(dtype), name + " output");
       expect_same(got.indices, want.indices, DType::U8, name + " indices");
       if (c.sh != 2) continue;
       EXPECT_EQ(y[0], 5.0);

@@ -75,20 +75,13 @@ std::vector<double> run_cpu(ReduceKind kind, const std::vector<uint8_t>& x_bytes
 
 // Both backends accumulate in double, in different orders: the two doubles differ by at most about
 // (longest add chain ~ 600) * 2^-53 * sum|x|, so a double y may differ by 1e-13 * sum|x| (in a mean,
-// of mean|x|); other y dtypes round that double once, within rtol(y). Max is exact on both.
-void expect_reduction_close(const std::vector<double>& got, const std::vector<double>& want, DType y_dtype,
-                            const std::vector<double>& abs_scale, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  const double r = rtol(y_dtype);
-  int reported = 0;
-  for (size_t i = 0; i < got.size() && reported < 5; ++i) {
-    const bool same_nan = std::isnan(got[i]) && std::isnan(want[i]);
-    const bool same_inf = std::isinf(want[i]) && got[i] == want[i];
-    const double tol = r + r * std::fabs(want[i]) + 1e-13 * abs_scale[i];
-    if (same_nan || same_inf || std::fabs(got[i] - want[i]) <= tol) continue;
-    ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
-    ++reported;
-  }
+// of mean|x|); other y dtypes round that double once, within device_math(y). Max is exact on both
+// (abs_scale 0). Element i: Tolerance{r, r + 1e-13 abs_scale[i]}, r = device_math(y).rtol.
+std::vector<Tolerance> reduction_tolerance(DType y_dtype, const std::vector<double>& abs_scale) {
+  const double r = device_math(y_dtype).rtol;
+  std::vector<Tolerance> tol;
+  for (const double s : abs_scale) tol.push_back({r, r + 1e-13 * s});
+  return tol;
 }
 
 void check_case(const ReduceCase& c, const std::vector<DTypePair>& pairs, unsigned seed) {
@@ -108,7 +101,7 @@ void check_case(const ReduceCase& c, const std::vector<DTypePair>& pairs, unsign
       const std::vector<double> abs_scale =
           kind == ReduceKind::Max ? std::vector<double>(want.size(), 0.0)
                                   : run_cpu(kind, abs_bytes, c.x, DType::F64, c.y, DType::F64);
-      expect_reduction_close(got, want, dt.y, abs_scale, name.str());
+      expect_close(got, want, reduction_tolerance(dt.y, abs_scale), name.str());
     }
   }
 }
@@ -188,13 +181,13 @@ TEST(CudaReduce, MaxPropagatesNaNAndKeepsInfinities) {
     EXPECT_TRUE(std::isnan(rows[1])) << rows[1];
     EXPECT_EQ(rows[2], inf);
     EXPECT_EQ(rows[3], -inf);
-    expect_reduction_close(rows, run_cpu(ReduceKind::Max, x, {4, 6}, dtype, {4, 1}, dtype), dtype,
-                           std::vector<double>(4, 0.0), "max over rows");
+    expect_close(rows, run_cpu(ReduceKind::Max, x, {4, 6}, dtype, {4, 1}, dtype), device_math(dtype),
+                 "max over rows");
     const std::vector<double> columns = run_gpu(ReduceKind::Max, x, {4, 6}, dtype, {1, 6}, dtype);
     EXPECT_TRUE(std::isnan(columns[3])) << columns[3];
     EXPECT_EQ(columns[0], inf);
-    expect_reduction_close(columns, run_cpu(ReduceKind::Max, x, {4, 6}, dtype, {1, 6}, dtype), dtype,
-                           std::vector<double>(6, 0.0), "max over columns");
+    expect_close(columns, run_cpu(ReduceKind::Max, x, {4, 6}, dtype, {1, 6}, dtype), device_math(dtype),
+                 "max over columns");
     EXPECT_TRUE(std::isnan(run_gpu(ReduceKind::Max, x, {4, 6}, dtype, {}, dtype)[0]));
     // The sum of a row holding +inf is +inf; with a NaN, NaN.
     const std::vector<double> sums = run_gpu(ReduceKind::Sum, x, {4, 6}, dtype, {4, 1}, dtype);

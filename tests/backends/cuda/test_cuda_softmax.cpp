@@ -23,23 +23,23 @@ std::string kind_name(SoftmaxKind k) { return k == SoftmaxKind::Softmax ? "softm
 
 int64_t row_length(const Shape& s) { return s.empty() ? 1 : s.back(); }
 
-// |got - want| <= tol * (1 + |want| + scale) per element, with tol = rtol(dtype) plus, for F64, the
-// summation-order term K * 2^-52: both backends sum a row in double, in different orders, which is
-// below fp32's resolution but not F64's. `scale` is the magnitude of the terms that cancel into the
-// result (0 where nothing cancels): a few ulps of the terms, not of the small result.
-void expect_rows_close(const std::vector<double>& got, const std::vector<double>& want, DType dtype, int64_t K,
-                       const std::vector<double>& scale, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  const double tol = rtol(dtype) + (dtype == DType::F64 ? static_cast<double>(K) * 0x1p-52 : 0.0);
-  int reported = 0;
-  for (size_t i = 0; i < got.size() && reported < 5; ++i) {
-    const bool same_nan = std::isnan(got[i]) && std::isnan(want[i]);
-    const bool same_inf = std::isinf(want[i]) && got[i] == want[i];
-    const double extra = scale.empty() ? 0.0 : scale[i];
-    if (same_nan || same_inf || std::fabs(got[i] - want[i]) <= tol * (1 + std::fabs(want[i]) + extra)) continue;
-    ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
-    ++reported;
-  }
+// |got - want| <= t (1 + |want|), Tolerance{t, t}, with t = device_math(dtype).rtol plus, for F64,
+// the summation-order term K * 2^-52: both backends sum a row in double, in different orders,
+// which is below fp32's resolution but not F64's.
+Tolerance row_tolerance(DType dtype, int64_t K) {
+  const double summation = dtype == DType::F64 ? static_cast<double>(K) * epsilon(DType::F64) : 0.0;
+  const double t = device_math(dtype).rtol + summation;
+  return {t, t};
+}
+
+// The same, widened at element i by t scale[i], Tolerance{t, t (1 + scale[i])}: scale is the
+// magnitude of the terms that cancel into the result, whose error is a few ulps of the terms, not
+// of the small result.
+std::vector<Tolerance> row_tolerance(DType dtype, int64_t K, const std::vector<double>& scale) {
+  const double t = row_tolerance(dtype, K).rtol;
+  std::vector<Tolerance> tol;
+  for (const double s : scale) tol.push_back({t, t * (1 + s)});
+  return tol;
 }
 
 std::vector<uint8_t> cpu_forward(SoftmaxKind kind, const std::vector<uint8_t>& x, const Shape& shape, DType dtype) {
@@ -122,13 +122,13 @@ TEST(CudaSoftmax, ForwardAndBackwardMatchCpu) {
         const std::vector<uint8_t> x = encode(logits, dtype);
         const std::vector<uint8_t> want = cpu_forward(kind, x, c.shape, dtype);
         const std::vector<uint8_t> got = gpu_forward(kind, x, c.shape, dtype);
-        expect_rows_close(decode(got, dtype), decode(want, dtype), dtype, K, {}, name.str() + " forward");
+        expect_close(decode(got, dtype), decode(want, dtype), row_tolerance(dtype, K), name.str() + " forward");
 
         const std::vector<uint8_t> gy = encode(grads, dtype);
         const std::vector<double> terms = backward_terms(kind, decode(want, dtype), decode(gy, dtype), K);
-        expect_rows_close(decode(gpu_backward(kind, want, gy, c.shape, dtype), dtype),
-                          decode(cpu_backward(kind, want, gy, c.shape, dtype), dtype), dtype, K, terms,
-                          name.str() + " backward");
+        expect_close(decode(gpu_backward(kind, want, gy, c.shape, dtype), dtype),
+                     decode(cpu_backward(kind, want, gy, c.shape, dtype), dtype), row_tolerance(dtype, K, terms),
+                     name.str() + " backward");
       }
     }
   }
@@ -149,7 +149,7 @@ TEST(CudaSoftmax, LargeLogitsDoNotOverflow) {
         if (kind == SoftmaxKind::Softmax) want[j] = std::exp(want[j]);
       }
       for (double v : y) EXPECT_TRUE(std::isfinite(v)) << v;
-      expect_rows_close(y, want, dtype, 5, {}, "large logits");
+      expect_close(y, want, row_tolerance(dtype, 5), "large logits");
     }
   }
 }
