@@ -30,6 +30,37 @@ const acc_t<T>* load_plane(const T* x, int64_t hw, int slot) {
   }
 }
 
+// The N planes of one channel as acc_t<T>, for kernels that pass over them several times. Half
+// types are widened once, into this thread's `slot`, when the channel fits kWidenedChannelBytes
+// (the passes then read fp32 from cache instead of converting again: conversions were a quarter
+// of a bf16 SmallCNN step); a larger channel is widened plane by plane on every pass.
+template <typename T>
+class ChannelPlanes {
+ public:
+  static constexpr int64_t kWidenedChannelBytes = int64_t{4} << 20;
+
+  ChannelPlanes(const T* x, const BnGeom& g, int64_t c, int slot) : x_(x), g_(g), c_(c), slot_(slot) {
+    if constexpr (!std::is_same_v<T, acc_t<T>>) {
+      if (g.count() * static_cast<int64_t>(sizeof(acc_t<T>)) <= kWidenedChannelBytes) {
+        widened_ = thread_scratch<acc_t<T>>(slot, g.count());
+        for (int64_t n = 0; n < g.n; ++n) convert_n(x + (n * g.c + c) * g.hw, widened_ + n * g.hw, g.hw);
+      }
+    }
+  }
+  // Plane n; without the widened copy it stays valid until the next call.
+  const acc_t<T>* plane(int64_t n) const {
+    if (widened_) return widened_ + n * g_.hw;
+    return load_plane(x_ + (n * g_.c + c_) * g_.hw, g_.hw, slot_);
+  }
+
+ private:
+  const T* x_;
+  const BnGeom& g_;
+  int64_t c_;
+  int slot_;
+  acc_t<T>* widened_ = nullptr;
+};
+
 // Sum of n fp32 values in double, in eight independent lanes that the compiler vectorises (Eigen's
 // cast<double>().sum() goes element by element, 5x slower).
 double sum_double(const float* x, int64_t n) {
@@ -48,10 +79,10 @@ double sum_double(const double* x, int64_t n) { return ConstArrayMap<double>(x, 
 // (hi = the mean rounded to Acc): x - hi is exact for x near the mean, so a large mean (say 1000
 // over a spread of 1) costs no accuracy in fp32.
 template <typename T>
-void normalize_plane(const T* x, T* y, int64_t hw, acc_t<T> mean_hi, acc_t<T> mean_lo, acc_t<T> scale,
+void normalize_plane(const acc_t<T>* x, T* y, int64_t hw, acc_t<T> mean_hi, acc_t<T> mean_lo, acc_t<T> scale,
                      acc_t<T> shift) {
   using Acc = acc_t<T>;
-  const ConstArrayMap<Acc> xp(load_plane(x, hw, kSlotX), hw);
+  const ConstArrayMap<Acc> xp(x, hw);
   if constexpr (std::is_same_v<T, Acc>) {
     ArrayMap<T>(y, hw) = ((xp - mean_hi) - mean_lo) * scale + shift;
   } else {
@@ -72,19 +103,20 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
   const bool train = a.mode == BatchNormMode::Train;
   parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
+      const ChannelPlanes<T> xs(x, g, c, kSlotX);
       double mean, invstd;
       if (train) {
         // Pass 1 sums in double: a plane of large values summed in fp32 would shift the mean.
         double sum = 0;
         for (int64_t n = 0; n < g.n; ++n) {
-          sum += sum_double(load_plane(x + (n * g.c + c) * g.hw, g.hw, kSlotX), g.hw);
+          sum += sum_double(xs.plane(n), g.hw);
         }
         mean = sum / count;
         // Pass 2: squared deviations are positive, so Acc sums per plane lose nothing to cancellation.
         const Acc hi = static_cast<Acc>(mean), lo = static_cast<Acc>(mean - static_cast<double>(hi));
         double sq = 0;
         for (int64_t n = 0; n < g.n; ++n) {
-          const ConstArrayMap<Acc> p(load_plane(x + (n * g.c + c) * g.hw, g.hw, kSlotX), g.hw);
+          const ConstArrayMap<Acc> p(xs.plane(n), g.hw);
           sq += static_cast<double>(((p - hi) - lo).square().sum());
         }
         const double var = sq / count;
@@ -109,7 +141,7 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
       const Acc shift = static_cast<Acc>(bias ? static_cast<double>(bias[c]) : 0.0);
       for (int64_t n = 0; n < g.n; ++n) {
         const int64_t off = (n * g.c + c) * g.hw;
-        normalize_plane(x + off, y + off, g.hw, hi, lo, scale, shift);
+        normalize_plane(xs.plane(n), y + off, g.hw, hi, lo, scale, shift);
       }
     }
   });
@@ -130,11 +162,11 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
       const double mean = static_cast<double>(a.save_mean.as<S>()[c]);
       const double invstd = static_cast<double>(a.save_invstd.as<S>()[c]);
       const Acc mean_acc = static_cast<Acc>(mean);
+      const ChannelPlanes<T> xs(x, g, c, kSlotX), gs(gy, g, c, kSlotG);
       double sum_g = 0, sum_gd = 0;  // sum(g), sum(g * (x - mean))
       for (int64_t n = 0; n < g.n; ++n) {
-        const int64_t off = (n * g.c + c) * g.hw;
-        const ConstArrayMap<Acc> xp(load_plane(x + off, g.hw, kSlotX), g.hw);
-        const ConstArrayMap<Acc> gp(load_plane(gy + off, g.hw, kSlotG), g.hw);
+        const ConstArrayMap<Acc> xp(xs.plane(n), g.hw);
+        const ConstArrayMap<Acc> gp(gs.plane(n), g.hw);
         sum_g += sum_double(gp.data(), g.hw);
         sum_gd += static_cast<double>((gp * (xp - mean_acc)).sum());
       }
@@ -147,8 +179,8 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
       const Acc k_0 = static_cast<Acc>(-k * sum_g / count);
       for (int64_t n = 0; n < g.n; ++n) {
         const int64_t off = (n * g.c + c) * g.hw;
-        const ConstArrayMap<Acc> xp(load_plane(x + off, g.hw, kSlotX), g.hw);
-        const ConstArrayMap<Acc> gp(load_plane(gy + off, g.hw, kSlotG), g.hw);
+        const ConstArrayMap<Acc> xp(xs.plane(n), g.hw);
+        const ConstArrayMap<Acc> gp(gs.plane(n), g.hw);
         if constexpr (std::is_same_v<T, Acc>) {
           ArrayMap<T>(gx + off, g.hw) = gp * k_g + (xp - mean_acc) * k_d + k_0;
         } else {

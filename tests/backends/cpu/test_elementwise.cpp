@@ -289,6 +289,37 @@ uint16_t cast_bits(double value, DType from, DType to) {
   return bits16(y);
 }
 
+// ReLU and its gradient on half types select on the bits (no fp32 round trip): every one of the
+// 65536 values, NaNs of both signs, -0, subnormals and infinities included, against the select on
+// the decoded value.
+TEST(CpuRelu, HalfBitsSelectAsTheValuesDo) {
+  const double nan = std::nan("");
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    SCOPED_TRACE(demi::dtype_name(dtype));
+    HostTensor x({65536}, dtype), g({65536}, dtype), y({65536}, dtype);
+    for (uint32_t bits = 0; bits < 65536; ++bits) {
+      const auto b = static_cast<uint16_t>(bits);
+      std::memcpy(reinterpret_cast<uint16_t*>(x.storage.data()) + bits, &b, sizeof b);
+      g.set(bits, 1.5);
+    }
+    const std::vector<double> vx = x.values();
+    std::vector<double> want_y(vx.size()), want_gx(vx.size());
+    for (size_t i = 0; i < vx.size(); ++i) {
+      want_y[i] = std::isnan(vx[i]) ? nan : (vx[i] < 0 ? 0.0 : vx[i]);
+      want_gx[i] = vx[i] > 0 ? 1.5 : 0.0;
+    }
+    cpu().unary(UnaryKind::Relu, x.ref(), y.ref());
+    expect_close(y, want_y, kExact, "relu");
+    for (size_t i = 0; i < vx.size(); ++i) {  // -0 stays -0, as x < 0 ? 0 : x keeps it
+      if (vx[i] == 0.0) {
+        EXPECT_EQ(std::signbit(y.get(static_cast<int64_t>(i))), std::signbit(vx[i])) << i;
+      }
+    }
+    cpu().binary(BinaryKind::ReluBackward, g.ref(), x.ref(), y.ref());
+    expect_close(y, want_gx, kExact, "relu backward");
+  }
+}
+
 TEST_P(CpuCast, HalfFormatFacts) {
   for (DType from : {DType::F32, DType::F64}) {
     SCOPED_TRACE(demi::dtype_name(from));
