@@ -30,18 +30,19 @@ const acc_t<T>* load_plane(const T* x, int64_t hw, int slot) {
   }
 }
 
-// The N planes of one channel as acc_t<T>, for kernels that pass over them several times. Half
-// types are widened once, into this thread's `slot`, when the channel fits kWidenedChannelBytes
-// (the passes then read fp32 from cache instead of converting again: conversions were a quarter
-// of a bf16 SmallCNN step); a larger channel is widened plane by plane on every pass.
+// The N planes of one channel as acc_t<T>. With `passes` > 1, half types are widened once, into
+// this thread's `slot`, when the channel fits kWidenedChannelBytes (the passes then read fp32 from
+// cache instead of converting again: BatchNorm's repeated conversions were about a tenth of a bf16
+// SmallCNN step); otherwise each plane is widened when it is read.
 template <typename T>
 class ChannelPlanes {
  public:
   static constexpr int64_t kWidenedChannelBytes = int64_t{4} << 20;
 
-  ChannelPlanes(const T* x, const BnGeom& g, int64_t c, int slot) : x_(x), g_(g), c_(c), slot_(slot) {
+  ChannelPlanes(const T* x, const BnGeom& g, int64_t c, int slot, int passes)
+      : x_(x), g_(g), c_(c), slot_(slot) {
     if constexpr (!std::is_same_v<T, acc_t<T>>) {
-      if (g.count() * static_cast<int64_t>(sizeof(acc_t<T>)) <= kWidenedChannelBytes) {
+      if (passes > 1 && g.count() * static_cast<int64_t>(sizeof(acc_t<T>)) <= kWidenedChannelBytes) {
         widened_ = thread_scratch<acc_t<T>>(slot, g.count());
         for (int64_t n = 0; n < g.n; ++n) convert_n(x + (n * g.c + c) * g.hw, widened_ + n * g.hw, g.hw);
       }
@@ -103,7 +104,7 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
   const bool train = a.mode == BatchNormMode::Train;
   parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      const ChannelPlanes<T> xs(x, g, c, kSlotX);
+      const ChannelPlanes<T> xs(x, g, c, kSlotX, train ? 3 : 1);  // eval: only the normalising pass
       double mean, invstd;
       if (train) {
         // Pass 1 sums in double: a plane of large values summed in fp32 would shift the mean.
@@ -162,7 +163,7 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
       const double mean = static_cast<double>(a.save_mean.as<S>()[c]);
       const double invstd = static_cast<double>(a.save_invstd.as<S>()[c]);
       const Acc mean_acc = static_cast<Acc>(mean);
-      const ChannelPlanes<T> xs(x, g, c, kSlotX), gs(gy, g, c, kSlotG);
+      const ChannelPlanes<T> xs(x, g, c, kSlotX, 2), gs(gy, g, c, kSlotG, 2);
       double sum_g = 0, sum_gd = 0;  // sum(g), sum(g * (x - mean))
       for (int64_t n = 0; n < g.n; ++n) {
         const ConstArrayMap<Acc> xp(xs.plane(n), g.hw);
