@@ -171,6 +171,9 @@ BENCHMARK_CAPTURE(BM_Conv, bf16_backward_weight, DType::BF16, Pass::BackwardWeig
 BENCHMARK_CAPTURE(BM_ConvAir, f32_forward, DType::F32, Pass::Forward)->Apply(air_conv_args);
 BENCHMARK_CAPTURE(BM_ConvAir, f32_backward_data, DType::F32, Pass::BackwardData)->Apply(air_conv_args);
 BENCHMARK_CAPTURE(BM_ConvAir, f32_backward_weight, DType::F32, Pass::BackwardWeight)->Apply(air_conv_args);
+BENCHMARK_CAPTURE(BM_ConvAir, bf16_forward, DType::BF16, Pass::Forward)->Apply(air_conv_args);
+BENCHMARK_CAPTURE(BM_ConvAir, bf16_backward_data, DType::BF16, Pass::BackwardData)->Apply(air_conv_args);
+BENCHMARK_CAPTURE(BM_ConvAir, bf16_backward_weight, DType::BF16, Pass::BackwardWeight)->Apply(air_conv_args);
 BENCHMARK_CAPTURE(BM_ConvSmallCnn, f32, DType::F32)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ConvSmallCnn, f16, DType::F16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ConvSmallCnn, bf16, DType::BF16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);

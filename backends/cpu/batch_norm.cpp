@@ -62,20 +62,6 @@ class ChannelPlanes {
   acc_t<T>* widened_ = nullptr;
 };
 
-// Sum of n fp32 values in double, in eight independent lanes that the compiler vectorises (Eigen's
-// cast<double>().sum() goes element by element, 5x slower).
-double sum_double(const float* x, int64_t n) {
-  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(x[i + j]);
-  }
-  double sum = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
-  for (; i < n; ++i) sum += static_cast<double>(x[i]);
-  return sum;
-}
-double sum_double(const double* x, int64_t n) { return ConstArrayMap<double>(x, n).sum(); }
-
 // y = (x - mean) * scale + shift over one plane, rounded once into T. The mean comes as hi + lo
 // (hi = the mean rounded to Acc): x - hi is exact for x near the mean, so a large mean (say 1000
 // over a spread of 1) costs no accuracy in fp32.

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -135,6 +136,35 @@ T* thread_scratch(int slot, int64_t n) {
 #include <type_traits>
 
 namespace demi::backend::cpu {
+
+// Sum of n fp32 values in double, in eight independent lanes that the compiler vectorises (Eigen's
+// cast<double>().sum() goes element by element, 5x slower).
+inline double sum_double(const float* x, int64_t n) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(x[i + j]);
+  }
+  double sum = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+  for (; i < n; ++i) sum += static_cast<double>(x[i]);
+  return sum;
+}
+inline double sum_double(const double* x, int64_t n) {
+  return Eigen::Map<const Eigen::Array<double, Eigen::Dynamic, 1>>(x, n).sum();
+}
+// The same for half values, widened (exactly) to fp32 a block at a time.
+template <typename Half>
+double sum_double(const Half* x, int64_t n) {
+  static_assert(std::is_same_v<Half, Eigen::half> || std::is_same_v<Half, Eigen::bfloat16>);
+  float block[256];
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; i += 256) {
+    const int64_t len = std::min<int64_t>(256, n - i);
+    convert_n(x + i, block, len);
+    sum += sum_double(block, len);
+  }
+  return sum;
+}
 
 // double -> T rounded once, to nearest even. Eigen's half(double) goes through float and can round
 // twice (1 + 2^-11 + 2^-40 -> float 1 + 2^-11 -> half tie -> 1.0, where once gives 1 + 2^-10);

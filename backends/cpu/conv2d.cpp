@@ -2,14 +2,18 @@
 // output rows or groups of small images. The GEMMs are packed_gemm.h's, with the tile of the ISA
 // level in use (isa/), and 3x3 / stride 1 / padding 1 convolutions run all three passes as Winograd
 // F(2x2, 3x3) (winograd.h). fp16 (and bf16 without a bf16 tile) is widened to fp32 on the way in and
-// rounded once on output; bf16 with a bf16 tile (AMX, AVX512_BF16) stays bf16 into the tile. fp64
-// (gradcheck) runs im2col + Eigen. backward_data is GEMM + col2im; backward_weight sums per thread.
+// rounded once on output; bf16 with a bf16 tile (AMX, AVX512_BF16) stays bf16 into the tile, and its
+// stride-1 forward and backward-data passes run as implicit GEMMs (conv2d_implicit.h, no im2col).
+// fp64 (gradcheck) runs im2col + Eigen. backward_data is GEMM + col2im; backward_weight sums per
+// thread.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
 #include "backends/cpu/common.h"
+#include "backends/cpu/conv2d_implicit.h"
+#include "backends/cpu/conv2d_walk.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/packed_gemm.h"
@@ -19,31 +23,14 @@
 namespace demi::backend::cpu {
 namespace {
 
+using namespace conv2d_walk;
+
 template <typename T>
 using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <typename T>
 using MatrixMap = Eigen::Map<RowMatrix<T>>;
 template <typename T>
 using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
-
-// Scratch slots: kSlotWeight .. kSlotBiasPartial are taken by the calling thread before the image
-// loop, kSlotCol .. kSlotGradY by every thread inside it (OpenMP thread 0 is the calling thread).
-enum Slot {
-  kSlotWeight = 0,
-  kSlotBias = 1,
-  kSlotPartial = 2,
-  kSlotBiasPartial = 3,
-  kSlotCol = 4,
-  kSlotImage = 5,
-  kSlotGradY = 6,
-  kSlotPacked = 7,
-  kSlotPackedCol = 8,
-  kSlotGradYT = 9,
-  kSlotWinograd = 10,  // backward-weight's per-thread dU sums, taken before the loop
-  kSlotWide = 11,      // a half plane widened to fp32 for the Winograd transforms, inside the loop
-};
-
-int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 
 // Output columns [begin, end) whose input column ox * stride - pad + k falls inside [0, size).
 void valid_range(int64_t size, int64_t out, int64_t stride, int64_t pad, int64_t k, int64_t& begin,
@@ -166,22 +153,6 @@ int64_t chunk_rows(const ConvGeom& g) {
   return std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(1, g.ckk() * g.ow * int64_t(sizeof(Acc))), 1, g.oh);
 }
 
-// Calls body(i) for every image: spread across threads (each GEMM then runs single-threaded, as
-// Eigen does inside a parallel region) when there are enough images, else one after another with
-// Eigen splitting each GEMM.
-template <typename Body>
-void for_each_image(int64_t count, int threads, Body&& body) {
-  if (threads > 1) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t i = 0; i < count; ++i) body(i);
-  } else {
-    for (int64_t i = 0; i < count; ++i) body(i);
-  }
-}
-int image_threads(int64_t count) {
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  return count >= threads ? threads : 1;
-}
 
 // The tensor's data as Acc: the data itself when T is Acc, else a widened copy in `slot`.
 template <typename T, typename Acc>
@@ -220,38 +191,15 @@ using StridedMap = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
 template <typename T>
 using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 
-// How the packed path cuts a batch into GEMMs of at least kMinCols columns: chunks of output rows of
-// one image when a plane is large, groups of whole images side by side when it is small. (AirNet's
-// 7x7 planes, cut into 4-row chunks by kChunkBytes, ran as 28-column GEMMs, and backward-weight
-// loaded and stored its 2304 x 256 accumulator for every 28 positions.)
-struct Walk {
-  int64_t images;  // per group; > 1 only when rows == oh
-  int64_t rows;    // output rows per chunk
-};
-// Images a group of n: at least min_group (clamped to [1, n]) and a whole number of groups per
-// thread, so that no thread does a group more than another (AirNet's 3x3 layer at batch 128 on two
-// threads: 4 groups of 32 images rather than 43, 43 | 42).
-int64_t balanced_group(int64_t n, int64_t min_group, int threads) {
-  min_group = std::clamp<int64_t>(min_group, 1, std::max<int64_t>(n, 1));
-  return std::max<int64_t>(1, ceil_div(n, ceil_div(ceil_div(n, min_group), threads) * threads));
-}
-
+// The packed path's walk (conv2d_walk.h): GEMMs of at least kMinCols columns. (AirNet's 7x7 planes,
+// cut into 4-row chunks by kChunkBytes, ran as 28-column GEMMs, and backward-weight loaded and
+// stored its 2304 x 256 accumulator for every 28 positions.)
 Walk packed_walk(const ConvGeom& g) {
   constexpr int64_t kMinCols = 384;
   if (g.plane() >= kMinCols) {
     return {1, std::clamp(std::max(chunk_rows<float>(g), ceil_div(kMinCols, g.ow)), int64_t(1), g.oh)};
   }
   return {balanced_group(g.n, ceil_div(kMinCols, g.plane()), omp_in_parallel() ? 1 : omp_get_max_threads()), g.oh};
-}
-
-// Calls body(first image, image count) for every group of the walk over n images, groups spread
-// over threads.
-template <typename Body>
-void for_each_group(int64_t n, const Walk& wk, int threads, Body&& body) {
-  const int64_t groups = ceil_div(n, wk.images);
-  for_each_image(groups, threads > 0 ? threads : image_threads(groups), [&](int64_t gi) {
-    body(gi * wk.images, std::min(wk.images, n - gi * wk.images));
-  });
 }
 
 // Whether a convolution runs as Winograd F(2x2, 3x3): 3x3, stride 1, padding 1 (SmallCNN's and
@@ -506,9 +454,7 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
         for (int64_t k = k0; k < k0 + images; ++k) {
           const float* gy = as_float(grad_y + ((i0 + k) * outs + o) * plane, plane, wide);
           if (want_bias) {
-            double sum = 0.0;
-            for (int64_t i = 0; i < plane; ++i) sum += static_cast<double>(gy[i]);
-            bias_partial[t * outs + o] += sum;
+            bias_partial[t * outs + o] += sum_double(gy, plane);
           }
           wg.split_grad_output(gy, g.h, g.w, lanes, (k - k0) * tw, split_e, split_o);
         }
@@ -704,10 +650,7 @@ void backward_weight_bf16(const Conv2dArgs& a, const ConvGeom& g, float* partial
     if (want_bias) {
       for (int64_t k = 0; k < ni; ++k) {
         for (int64_t o = 0; o < g.o; ++o) {
-          const BF16* p = grad_y + ((i0 + k) * g.o + o) * plane;
-          double sum = 0.0;
-          for (int64_t i = 0; i < plane; ++i) sum += static_cast<double>(static_cast<float>(p[i]));
-          bias_partial[t * g.o + o] += sum;
+          bias_partial[t * g.o + o] += sum_double(grad_y + ((i0 + k) * g.o + o) * plane, plane);
         }
       }
     }
@@ -743,7 +686,11 @@ template <typename T>
 void forward(const Conv2dArgs& a, const ConvGeom& g) {
   using Acc = acc_t<T>;
   if constexpr (std::is_same_v<T, BF16>) {
-    if (use_bf16_tile(g)) return forward_bf16(a, g, bias_as<float>(a.bias, g.o));
+    if (use_bf16_tile(g)) {
+      const float* bias = bias_as<float>(a.bias, g.o);
+      if (conv2d_implicit::takes(g, conv2d_implicit::Pass::Forward)) return conv2d_implicit::forward(a, g, bias);
+      return forward_bf16(a, g, bias);
+    }
   }
   const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, rows = chunk_rows<Acc>(g);
   const ConstMatrixMap<Acc> w(widen<T, Acc>(a.weight.as<T>(), g.o * ckk, kSlotWeight), g.o, ckk);
@@ -786,7 +733,10 @@ template <typename T>
 void backward_data(const Conv2dArgs& a, const ConvGeom& g) {
   using Acc = acc_t<T>;
   if constexpr (std::is_same_v<T, BF16>) {
-    if (use_bf16_tile(g)) return backward_data_bf16(a, g);
+    if (use_bf16_tile(g)) {
+      if (conv2d_implicit::takes(g, conv2d_implicit::Pass::BackwardData)) return conv2d_implicit::backward_data(a, g);
+      return backward_data_bf16(a, g);
+    }
   }
   const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, rows = chunk_rows<Acc>(g);
   const ConstMatrixMap<Acc> w(widen<T, Acc>(a.weight.as<T>(), g.o * ckk, kSlotWeight), g.o, ckk);

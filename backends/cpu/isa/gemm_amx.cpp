@@ -34,18 +34,21 @@ void tile(const Bf16TileArgs& t) {
   _tile_zero(2);
   _tile_zero(3);
   const int64_t a_stride = t.lda * 2, b_stride = t.ldb * 2;  // bytes
-  const uint16_t* a_low = t.a;
-  const uint16_t* a_high = t.a + 16 * t.lda;
-  for (int64_t k = 0; k < t.kp; k += kK) {
-    const uint16_t* b = t.b + (k / 2) * t.ldb;
-    _tile_loadd(4, a_low + k, a_stride);
-    _tile_loadd(6, b, b_stride);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_loadd(7, b + 32, b_stride);  // columns 16-31: 16 pairs further along the row
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, a_high + k, a_stride);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+  for (int64_t tap = 0; tap < t.taps; ++tap) {
+    const uint16_t* a_low = t.a + tap * t.kp;
+    const uint16_t* a_high = a_low + 16 * t.lda;
+    const uint16_t* b_tap = t.b + (t.b_offsets ? t.b_offsets[tap] : 0);
+    for (int64_t k = 0; k < t.kp; k += kK) {
+      const uint16_t* b = b_tap + (k / 2) * t.ldb;
+      _tile_loadd(4, a_low + k, a_stride);
+      _tile_loadd(6, b, b_stride);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(7, b + 32, b_stride);  // columns 16-31: 16 pairs further along the row
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(5, a_high + k, a_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
   }
   alignas(64) float block[4][16][16];  // [2 * row half + column half][row][column]
   _tile_stored(0, block[0], 64);

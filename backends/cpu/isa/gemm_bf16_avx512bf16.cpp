@@ -24,19 +24,23 @@ void tile(const Bf16TileArgs& t) {
 #pragma GCC unroll 3
     for (int64_t v = 0; v < V; ++v) acc[r][v] = start;
   }
-  for (int64_t j = 0; j < t.kp / 2; ++j) {
-    const uint16_t* brow = t.b + j * t.ldb;
-    __m512bh bv[V];
+  for (int64_t tap = 0; tap < t.taps; ++tap) {
+    const uint16_t* a = t.a + tap * t.kp;
+    const uint16_t* b = t.b + (t.b_offsets ? t.b_offsets[tap] : 0);
+    for (int64_t j = 0; j < t.kp / 2; ++j) {
+      const uint16_t* brow = b + j * t.ldb;
+      __m512bh bv[V];
 #pragma GCC unroll 3
-    for (int64_t v = 0; v < V; ++v) bv[v] = (__m512bh)_mm512_maskz_loadu_epi32(mask[v], brow + 32 * v);
-    const uint16_t* ap = t.a + 2 * j;
+      for (int64_t v = 0; v < V; ++v) bv[v] = (__m512bh)_mm512_maskz_loadu_epi32(mask[v], brow + 32 * v);
+      const uint16_t* ap = a + 2 * j;
 #pragma GCC unroll 8
-    for (int64_t r = 0; r < kRows; ++r) {  // rows past `rows` are zero in A: computed, never stored
-      int32_t pair;
-      std::memcpy(&pair, ap + r * t.lda, 4);
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+      for (int64_t r = 0; r < kRows; ++r) {  // rows past `rows` are zero in A: computed, never stored
+        int32_t pair;
+        std::memcpy(&pair, ap + r * t.lda, 4);
+        const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
 #pragma GCC unroll 3
-      for (int64_t v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+        for (int64_t v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+      }
     }
   }
 #pragma GCC unroll 8

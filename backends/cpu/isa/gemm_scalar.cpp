@@ -50,13 +50,17 @@ void bf16_tile(const Bf16TileArgs& t) {
     const float start = t.init && !t.accumulate && r < t.rows ? t.init[r] : 0.0f;
     for (int64_t c = 0; c < kBfNr; ++c) acc[r][c] = start;
   }
-  for (int64_t j = 0; j < t.kp / 2; ++j) {
-    const uint16_t* brow = t.b + j * t.ldb;
-    for (int64_t r = 0; r < t.rows; ++r) {
-      const float a0 = bf16_value(t.a[r * t.lda + 2 * j]), a1 = bf16_value(t.a[r * t.lda + 2 * j + 1]);
-      for (int64_t c = 0; c < t.cols; ++c) {
-        acc[r][c] += a1 * bf16_value(brow[2 * c + 1]);
-        acc[r][c] += a0 * bf16_value(brow[2 * c]);
+  for (int64_t tap = 0; tap < t.taps; ++tap) {
+    const uint16_t* a = t.a + tap * t.kp;
+    const uint16_t* b = t.b + (t.b_offsets ? t.b_offsets[tap] : 0);
+    for (int64_t j = 0; j < t.kp / 2; ++j) {
+      const uint16_t* brow = b + j * t.ldb;
+      for (int64_t r = 0; r < t.rows; ++r) {
+        const float a0 = bf16_value(a[r * t.lda + 2 * j]), a1 = bf16_value(a[r * t.lda + 2 * j + 1]);
+        for (int64_t c = 0; c < t.cols; ++c) {
+          acc[r][c] += a1 * bf16_value(brow[2 * c + 1]);
+          acc[r][c] += a0 * bf16_value(brow[2 * c]);
+        }
       }
     }
   }

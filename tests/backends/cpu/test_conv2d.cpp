@@ -53,6 +53,13 @@ const Case kCases[] = {
     {"winograd_image_groups_and_remainder", 5, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, true},
     {"winograd_7x7_lane_groups_and_remainders", 11, 16, 7, 7, 18, 3, 3, 1, 1, 1, 1, true},
     {"winograd_4x4_eight_images_a_vector", 19, 16, 4, 4, 16, 3, 3, 1, 1, 1, 1, false},
+    // The bf16 tile's implicit GEMM (stride 1, padding below the kernel, >= 16 channels summed):
+    // channels past one block of 32 and odd, non-square kernels and paddings, no padding, 1x1, a
+    // one-row image, planes in groups of images with a remainder.
+    {"implicit_k2x4_pad1x3", 3, 40, 9, 10, 33, 2, 4, 1, 1, 1, 3, true},
+    {"implicit_k3_no_pad_groups", 13, 24, 6, 7, 17, 3, 3, 1, 1, 0, 0, true},
+    {"implicit_k1_pointwise", 3, 33, 5, 6, 20, 1, 1, 1, 1, 0, 0, false},
+    {"implicit_k5_pad2_one_row", 2, 16, 1, 12, 16, 5, 5, 1, 1, 2, 2, true},
 };
 
 std::string describe(const Case& c, DType dtype) {

@@ -318,7 +318,7 @@ TEST_P(IsaKernels, Bf16TileSumsExactProductsInFp32) {
           for (int64_t c = 0; c < g.nr; ++c) bb[(j / 2) * ldb + 2 * c + j % 2] = to_bf16(b[j * g.nr + c]);
         std::vector<float> init(g.mr, 0.5f), c(g.mr * ldc, 2.0f);
         if (g.prepare) g.prepare();
-        g.tile({ab.data(), kp, bb.data(), ldb, c.data(), ldc, kp, rows, cols, mode == 1 ? init.data() : nullptr, mode == 2});
+        g.tile({ab.data(), kp, bb.data(), ldb, c.data(), ldc, kp, rows, cols, mode == 1 ? init.data() : nullptr, mode == 2, 1, nullptr});
         for (int64_t r = 0; r < g.mr; ++r) {
           for (int64_t j = 0; j < ldc; ++j) {
             float ref = 2.0f;  // untouched outside the tile's rows and columns
@@ -330,6 +330,42 @@ TEST_P(IsaKernels, Bf16TileSumsExactProductsInFp32) {
           }
         }
       }
+    }
+  }
+}
+
+TEST_P(IsaKernels, Bf16TileSumsTapsAtTheirOffsets) {
+  // taps > 1 (the implicit convolutions): product t takes A's columns [t kp, (t + 1) kp) and B at
+  // b + b_offsets[t]; B here is one matrix of pairs read at three row offsets.
+  const Bf16Gemm& g = t().bf16;
+  if (!g.tile) GTEST_SKIP() << level_name(GetParam()) << " has no bf16 tile: bf16 is widened into the fp32 tile";
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> small(-16, 16);
+  auto to_bf16 = [](float f) { return static_cast<uint16_t>(bits(f) >> 16); };
+  const int64_t kp = 2 * g.kb, taps = 3, rows = g.mr, cols = g.nr - 1, ldb = 2 * g.nr, ldc = g.nr;
+  const int64_t b_rows = kp + 10;  // k rows of B; tap t starts at k row k0[t] (pair row k0[t] / 2)
+  const std::vector<int64_t> k0 = {0, 4, 10};
+  std::vector<float> a(g.mr * taps * kp), b(b_rows * g.nr);
+  for (float& v : a) v = float(small(rng));
+  for (float& v : b) v = float(small(rng));
+  std::vector<uint16_t> ab(a.size()), bb(b_rows / 2 * ldb);
+  for (size_t i = 0; i < a.size(); ++i) ab[i] = to_bf16(a[i]);
+  for (int64_t j = 0; j < b_rows; ++j)
+    for (int64_t c = 0; c < g.nr; ++c) bb[(j / 2) * ldb + 2 * c + j % 2] = to_bf16(b[j * g.nr + c]);
+  std::vector<int64_t> offsets(taps);
+  for (int64_t t = 0; t < taps; ++t) offsets[t] = k0[t] / 2 * ldb;
+  std::vector<float> c(g.mr * ldc, 2.0f);
+  if (g.prepare) g.prepare();
+  g.tile({ab.data(), taps * kp, bb.data(), ldb, c.data(), ldc, kp, rows, cols, nullptr, false, taps, offsets.data()});
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      float ref = 2.0f;
+      if (j < cols) {
+        ref = 0.0f;
+        for (int64_t t = 0; t < taps; ++t)
+          for (int64_t p = 0; p < kp; ++p) ref += a[r * taps * kp + t * kp + p] * b[(k0[t] + p) * g.nr + j];
+      }
+      ASSERT_EQ(c[r * ldc + j], ref) << "C[" << r << "][" << j << "]";
     }
   }
 }

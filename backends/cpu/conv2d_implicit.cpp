@@ -1,0 +1,184 @@
+// Implicit-GEMM bf16 convolutions (conv2d_implicit.h). A stride-1 convolution is seen on the
+// padded grid: in a group of images, image i's position (y, x) of its hp x wp padded plane is q = i
+// * plane + y * wp + x, and output (oy, ox) sits at the position q of its top-left tap, so tap
+// (ky, kx) reads position q + ky * wp + kx: one constant offset per tap for every output. The tile's
+// B operand is then the padded input itself, shifted by the tap's offset, and no im2col matrix is
+// written. Outputs are computed for every position up to the group's last valid one; those in the
+// padding columns and rows are computed and dropped (the price: plane / (oh * ow) more multiplies,
+// 1.13x on 32x32 planes, 1.65x on 7x7).
+//
+// forward: C[o][q] = sum over taps t and channels c of W[o][c][t] x[c][q + offset(t)], with x in
+// pairs of channels per 32-bit word (the tile's B layout, isa.h) and W in rows [tap][channel].
+// backward-data: the same with grad_y for x and the flipped, transposed weights, padding k - 1 - p.
+// backward-weight stays on im2col (conv2d.cpp): as an implicit GEMM (per tap, grad_y on the padded
+// grid, shifted, times the input transposed into pairs of positions) it ran no faster on
+// SmallCNN's layers, 10% faster on 32x32 planes and 15-20% slower on 16x16 ones (AMX, 2026-12-02).
+#include "backends/cpu/conv2d_implicit.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/common.h"
+#include "backends/cpu/conv2d_walk.h"
+#include "backends/cpu/isa/isa.h"
+#include "backends/cpu/packed_gemm.h"
+
+namespace demi::backend::cpu::conv2d_implicit {
+namespace {
+
+using namespace conv2d_walk;
+namespace bf = packed_gemm_bf16;
+using BF16 = Eigen::bfloat16;
+
+// Columns (positions) of a group of images: enough to amortise the per-group set-up.
+constexpr int64_t kMinColumns = 512;
+
+int64_t round_up(int64_t v, int64_t step) { return (v + step - 1) / step * step; }
+int threads_available() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
+// A stride-1 convolution's padded grid: input h x w padded by (ph, pw), kernel kh x kw.
+struct Grid {
+  int64_t h, w, ph, pw, kh, kw;
+  int64_t hp() const { return h + 2 * ph; }
+  int64_t wp() const { return w + 2 * pw; }
+  int64_t plane() const { return hp() * wp(); }
+  int64_t oh() const { return hp() - kh + 1; }
+  int64_t ow() const { return wp() - kw + 1; }
+  int64_t taps() const { return kh * kw; }
+  int64_t offset(int64_t tap) const { return tap / kw * wp() + tap % kw; }
+  int64_t max_offset() const { return offset(taps() - 1); }
+  // Positions up to and including a group of ni images' last valid output.
+  int64_t columns(int64_t ni) const { return (ni - 1) * plane() + (oh() - 1) * wp() + ow(); }
+};
+
+// Calls row(y, dst) for each row y of the image's h rows, with dst its place on the padded plane at
+// `plane`, after zeroing the padding around it.
+template <typename T, typename Row>
+void on_padded_plane(const Grid& gd, T* plane, Row&& row) {
+  const int64_t wp = gd.wp();
+  std::fill(plane, plane + gd.ph * wp + gd.pw, T(0));
+  for (int64_t y = 0; y < gd.h; ++y) {
+    T* dst = plane + (gd.ph + y) * wp + gd.pw;
+    row(y, dst);
+    std::fill(dst + gd.w, dst + gd.w + (y + 1 < gd.h ? 2 * gd.pw : gd.pw), T(0));  // right and next left
+  }
+  std::fill(plane + (gd.ph + gd.h) * wp, plane + gd.plane(), T(0));
+}
+
+// Channels [0, cpad) of images [i0, i0 + ni) of x (ins channels) on the padded grid, in pairs: word
+// c2 * stride + q holds channel 2 c2 (low half) and 2 c2 + 1 (high half) at position q; zero in the
+// padding, past the channels and from the group's last position up to stride.
+void to_pairs(const uint16_t* x, int64_t ins, int64_t i0, int64_t ni, const Grid& gd, int64_t cpad, int64_t stride,
+              uint32_t* out) {
+  const int64_t image = gd.h * gd.w, plane = gd.plane();
+  for (int64_t c2 = 0; c2 < cpad / 2; ++c2) {
+    uint32_t* dst = out + c2 * stride;
+    for (int64_t i = 0; i < ni; ++i) {
+      const int64_t c = 2 * c2;
+      const uint16_t* lo = c < ins ? x + ((i0 + i) * ins + c) * image : nullptr;
+      const uint16_t* hi = c + 1 < ins ? lo + image : nullptr;
+      on_padded_plane(gd, dst + i * plane, [&](int64_t y, uint32_t* row) {
+        if (hi) {
+          for (int64_t j = 0; j < gd.w; ++j) row[j] = lo[y * gd.w + j] | uint32_t{hi[y * gd.w + j]} << 16;
+        } else if (lo) {
+          for (int64_t j = 0; j < gd.w; ++j) row[j] = lo[y * gd.w + j];
+        } else {
+          std::fill(row, row + gd.w, 0u);
+        }
+      });
+    }
+    std::fill(dst + ni * plane, dst + stride, 0u);
+  }
+}
+
+// The weights as the tile's A in the calling thread's kSlotPacked: bf::m_padded(rows) rows of taps *
+// cpad values, A[r][t * cpad + k] = weight(r, k, t) for k < ks, zero past ks and past the rows.
+template <typename Weight>
+const uint16_t* pack_taps(int64_t rows, int64_t ks, int64_t taps, int64_t cpad, Weight&& weight) {
+  const int64_t lda = taps * cpad, padded = bf::m_padded(rows);
+  uint16_t* a = thread_scratch<uint16_t>(kSlotPacked, padded * lda);
+  std::fill(a, a + padded * lda, uint16_t{0});
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t t = 0; t < taps; ++t) {
+      for (int64_t k = 0; k < ks; ++k) a[r * lda + t * cpad + k] = weight(r, k, t);
+    }
+  }
+  return a;
+}
+
+// out (n images of outs channels, gd.oh() x gd.ow()) = in (n images of ins channels, gd.h x gd.w)
+// convolved with A (pack_taps, outs rows, cpad = bf::k_padded(ins)) + bias, rounded once to bf16.
+void convolve(const uint16_t* in, int64_t n, int64_t ins, const Grid& gd, const uint16_t* a, int64_t outs,
+              const float* bias, uint16_t* out) {
+  const isa::Bf16Gemm& t = isa::active().bf16;
+  const int64_t cpad = bf::k_padded(ins), taps = gd.taps(), lda = taps * cpad, plane = gd.plane();
+  const int64_t oh = gd.oh(), ow = gd.ow(), wp = gd.wp();
+  std::vector<int64_t> offsets(taps);  // in bf16 elements: two per position
+  for (int64_t tap = 0; tap < taps; ++tap) offsets[tap] = 2 * gd.offset(tap);
+  const Walk wk{balanced_group(n, ceil_div(kMinColumns, plane), threads_available()), 0};
+  for_each_group(n, wk, 0, [&](int64_t i0, int64_t ni) {
+    // Tiles read up to nr - 1 positions past the last column, plus the largest offset.
+    const int64_t cols = gd.columns(ni), ldc = round_up(cols, t.nr), stride = ldc + gd.max_offset();
+    uint32_t* pairs = thread_scratch<uint32_t>(kSlotCol, cpad / 2 * stride);
+    float* c = thread_scratch<float>(kSlotImage, outs * ldc);
+    to_pairs(in, ins, i0, ni, gd, cpad, stride, pairs);
+    const uint16_t* b = reinterpret_cast<const uint16_t*>(pairs);
+    if (t.prepare) t.prepare();
+    for (int64_t col = 0; col < cols; col += t.nr) {
+      for (int64_t p = 0; p < outs; p += t.mr) {
+        t.tile({a + p * lda, lda, b + 2 * col, 2 * stride, c + p * ldc + col, ldc, cpad, std::min(t.mr, outs - p),
+                std::min(t.nr, cols - col), bias ? bias + p : nullptr, false, taps, offsets.data()});
+      }
+    }
+    const auto to_bf16 = isa::active().convert.f32_to_bf16;
+    for (int64_t i = 0; i < ni; ++i) {
+      for (int64_t o = 0; o < outs; ++o) {
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          to_bf16(c + o * ldc + i * plane + oy * wp, out + (((i0 + i) * outs + o) * oh + oy) * ow, ow);
+        }
+      }
+    }
+  });
+}
+
+const uint16_t* bits(const TensorRef& t) { return reinterpret_cast<const uint16_t*>(t.as<BF16>()); }
+uint16_t* mutable_bits(const TensorRef& t) { return reinterpret_cast<uint16_t*>(t.as<BF16>()); }
+
+}  // namespace
+
+bool takes(const ConvGeom& g, Pass pass) {
+  static const bool enabled = [] {  // DEMI_IMPLICIT_CONV=0 turns this path off, for A/B benchmarks
+    const char* env = std::getenv("DEMI_IMPLICIT_CONV");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  if (!enabled || g.sh != 1 || g.sw != 1 || g.ph >= g.kh || g.pw >= g.kw) return false;
+  // The tile runs at the same rate on padding as on pixels: keep the planes where at least 3/4 of the
+  // padded grid is output (32x32 and 16x16 with padding 1 are 89% and 79%; 8x8 is 64%, 7x7 60%).
+  const Grid gd{g.h, g.w, g.ph, g.pw, g.kh, g.kw};
+  if (4 * g.oh * g.ow < 3 * gd.plane()) return false;
+  // Channels go through the tile in blocks of 32 (AMX's k): a block of 3 would be mostly zeros.
+  return g.c >= 16 && g.o >= 16;
+}
+
+void forward(const Conv2dArgs& a, const ConvGeom& g, const float* bias) {
+  const Grid gd{g.h, g.w, g.ph, g.pw, g.kh, g.kw};
+  const int64_t taps = gd.taps();
+  const uint16_t* w = bits(a.weight);
+  const uint16_t* packed = pack_taps(g.o, g.c, taps, bf::k_padded(g.c),
+                                     [&](int64_t o, int64_t c, int64_t t) { return w[(o * g.c + c) * taps + t]; });
+  convolve(bits(a.input), g.n, g.c, gd, packed, g.o, bias, mutable_bits(a.output));
+}
+
+void backward_data(const Conv2dArgs& a, const ConvGeom& g) {
+  const Grid gd{g.oh, g.ow, g.kh - 1 - g.ph, g.kw - 1 - g.pw, g.kh, g.kw};  // gd.oh() == g.h
+  const int64_t taps = gd.taps();
+  const uint16_t* w = bits(a.weight);
+  const uint16_t* packed = pack_taps(g.c, g.o, taps, bf::k_padded(g.o), [&](int64_t c, int64_t o, int64_t t) {
+    return w[(o * g.c + c) * taps + (taps - 1 - t)];  // tap (ky, kx) of the flipped kernel
+  });
+  convolve(bits(a.output), g.n, g.o, gd, packed, g.c, nullptr, mutable_bits(a.input));
+}
+
+}  // namespace demi::backend::cpu::conv2d_implicit

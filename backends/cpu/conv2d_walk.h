@@ -1,0 +1,72 @@
+// What the CPU convolutions (conv2d.cpp, conv2d_implicit.cpp) share: their scratch slots and how
+// they spread a batch over threads, as single images or groups of images side by side.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backends/cpu/common.h"
+
+namespace demi::backend::cpu::conv2d_walk {
+
+// Scratch slots: kSlotWeight .. kSlotBiasPartial are taken by the calling thread before the image
+// loop, kSlotCol .. kSlotGradY by every thread inside it (OpenMP thread 0 is the calling thread).
+enum Slot {
+  kSlotWeight = 0,
+  kSlotBias = 1,
+  kSlotPartial = 2,
+  kSlotBiasPartial = 3,
+  kSlotCol = 4,
+  kSlotImage = 5,
+  kSlotGradY = 6,
+  kSlotPacked = 7,
+  kSlotPackedCol = 8,
+  kSlotGradYT = 9,
+  kSlotWinograd = 10,  // backward-weight's per-thread dU sums, taken before the loop
+  kSlotWide = 11,      // a half plane widened to fp32 for the Winograd transforms, inside the loop
+};
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+// Calls body(i) for every image: spread across threads (each GEMM then runs single-threaded, as
+// Eigen does inside a parallel region) when there are enough images, else one after another with
+// Eigen splitting each GEMM.
+template <typename Body>
+void for_each_image(int64_t count, int threads, Body&& body) {
+  if (threads > 1) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < count; ++i) body(i);
+  } else {
+    for (int64_t i = 0; i < count; ++i) body(i);
+  }
+}
+inline int image_threads(int64_t count) {
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  return count >= threads ? threads : 1;
+}
+
+// How a pass cuts a batch: chunks of output rows of one image when a plane is large, groups of
+// whole images side by side when it is small.
+struct Walk {
+  int64_t images;  // per group; > 1 only when rows == oh
+  int64_t rows;    // output rows per chunk
+};
+// Images a group of n: at least min_group (clamped to [1, n]) and a whole number of groups per
+// thread, so that no thread does a group more than another (AirNet's 3x3 layer at batch 128 on two
+// threads: 4 groups of 32 images rather than 43, 43 | 42).
+inline int64_t balanced_group(int64_t n, int64_t min_group, int threads) {
+  min_group = std::clamp<int64_t>(min_group, 1, std::max<int64_t>(n, 1));
+  return std::max<int64_t>(1, ceil_div(n, ceil_div(ceil_div(n, min_group), threads) * threads));
+}
+
+// Calls body(first image, image count) for every group of the walk over n images, groups spread
+// over threads (threads == 0: as many as there are groups for, up to the pool).
+template <typename Body>
+void for_each_group(int64_t n, const Walk& wk, int threads, Body&& body) {
+  const int64_t groups = ceil_div(n, wk.images);
+  for_each_image(groups, threads > 0 ? threads : image_threads(groups), [&](int64_t gi) {
+    body(gi * wk.images, std::min(wk.images, n - gi * wk.images));
+  });
+}
+
+}  // namespace demi::backend::cpu::conv2d_walk
