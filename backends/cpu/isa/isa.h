@@ -137,7 +137,7 @@ Level set_active_for_testing(Level level);
 // The entries each variant file provides.
 extern const F32Gemm kGemmScalar, kGemmAvx2, kGemmAvx512;
 extern const Winograd kWinogradScalar, kWinogradAvx2, kWinogradAvx512;
-extern const Convert kConvertScalar, kConvertAvx2;
+extern const Convert kConvertScalar, kConvertAvx2, kConvertAvx512;
 extern const Gelu kGeluScalar, kGeluAvx2, kGeluAvx512;
 extern const Bf16Gemm kBf16Scalar, kBf16Avx512Bf16, kBf16Amx;
 // gemm_avx2.cpp's 8x8-block transpose (256-bit AVX), which the AVX-512 table shares.

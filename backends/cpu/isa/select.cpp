@@ -146,16 +146,16 @@ struct Registry {
     add(Level::Scalar, kGemmScalar, kWinogradScalar, kConvertScalar, kGeluScalar, kBf16Scalar, Bf16Route::Everything);
 #if defined(DEMI_ISA_X86)
     add(Level::Avx2, kGemmAvx2, kWinogradAvx2, kConvertAvx2, kGeluAvx2, kNoBf16, Bf16Route::Widen);
-    add(Level::Avx512, kGemmAvx512, kWinogradAvx512, kConvertAvx2, kGeluAvx512, kNoBf16, Bf16Route::Widen);
+    add(Level::Avx512, kGemmAvx512, kWinogradAvx512, kConvertAvx512, kGeluAvx512, kNoBf16, Bf16Route::Widen);
 #endif
 #if defined(DEMI_ISA_AVX512BF16)
     // vdpbf16ps measured slower than the fp32 tile and Eigen on an Emerald Rapids core (1024^3 GEMM
     // 84 vs 138 GFLOP/s; docs/BENCHMARKS.md): its tile stays tested, bf16 is widened. Where it is
     // faster (AMD Zen 4 runs it at the FMA rate, twice the multiplies), Bf16Route::NonWinograd.
-    add(Level::Avx512Bf16, kGemmAvx512, kWinogradAvx512, kConvertAvx2, kGeluAvx512, kBf16Avx512Bf16, Bf16Route::Widen);
+    add(Level::Avx512Bf16, kGemmAvx512, kWinogradAvx512, kConvertAvx512, kGeluAvx512, kBf16Avx512Bf16, Bf16Route::Widen);
 #endif
 #if defined(DEMI_ISA_AMX)
-    add(Level::Amx, kGemmAvx512, kWinogradAvx512, kConvertAvx2, kGeluAvx512, kBf16Amx, Bf16Route::Everything);
+    add(Level::Amx, kGemmAvx512, kWinogradAvx512, kConvertAvx512, kGeluAvx512, kBf16Amx, Bf16Route::Everything);
 #endif
     (void)kNoBf16;
   }
