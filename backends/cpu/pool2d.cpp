@@ -42,15 +42,26 @@ void max_forward(const T* x, T* y, I* idx, const PoolGeom& g) {
   }
 }
 
+// Half values travel as their bits where a kernel only picks or copies them: a max is one of its
+// inputs, so it needs no rounding back (Eigen's float -> bfloat16 rounds element by element).
+template <typename T>
+using Bits = std::conditional_t<std::is_same_v<T, acc_t<T>>, T, uint16_t>;
+
 // The 2x2 stride-2 unpadded window (every max-pool in SmallCNN and AirNet): the same choice as
 // max_forward (the first maximum, or the first NaN). Blocks of outputs are de-interleaved into
 // four arrays first so that the comparisons run as plain elementwise loops the compiler
-// vectorises; the generic loop above runs at ~2 GB/s on these shapes.
+// vectorises (half blocks widened by the ISA level's conversions); the generic loop above runs at
+// ~2 GB/s on these shapes.
 template <typename T, typename I>
-void max_forward_2x2(const T* x, T* y, I* idx, const PoolGeom& g) {
+void max_forward_2x2(const T* x_in, T* y_out, I* idx, const PoolGeom& g) {
   using Acc = acc_t<T>;
+  using B = Bits<T>;
+  constexpr bool half = !std::is_same_v<B, T>;
   constexpr int64_t kBlock = 64;
+  const B* x = reinterpret_cast<const B*>(x_in);
+  B* y = reinterpret_cast<B*>(y_out);
   alignas(64) Acc v[4][kBlock];
+  alignas(64) B raw[half ? 4 : 1][kBlock];  // the half blocks' bits, before widening into v
   alignas(64) Acc best[kBlock];
   alignas(64) int32_t arg[kBlock];
   // A block is `rows` output rows of `cols` outputs each: several whole rows when they are short.
@@ -60,13 +71,16 @@ void max_forward_2x2(const T* x, T* y, I* idx, const PoolGeom& g) {
     for (int64_t ox0 = 0; ox0 < g.ow; ox0 += cols) {
       const int64_t nc = std::min(cols, g.ow - ox0), n = nr * nc;
       for (int64_t r = 0; r < nr; ++r) {
-        const T* r0 = x + 2 * (oy0 + r) * g.w + 2 * ox0;
-        const T* r1 = r0 + g.w;
+        const B* r0 = x + 2 * (oy0 + r) * g.w + 2 * ox0;
+        const B* r1 = r0 + g.w;
+        auto* dst = half ? raw : reinterpret_cast<B(*)[kBlock]>(v);
         for (int64_t c = 0; c < nc; ++c) {
           const int64_t j = r * nc + c;
-          v[0][j] = static_cast<Acc>(r0[2 * c]), v[1][j] = static_cast<Acc>(r0[2 * c + 1]);
-          v[2][j] = static_cast<Acc>(r1[2 * c]), v[3][j] = static_cast<Acc>(r1[2 * c + 1]);
+          dst[0][j] = r0[2 * c], dst[1][j] = r0[2 * c + 1], dst[2][j] = r1[2 * c], dst[3][j] = r1[2 * c + 1];
         }
+      }
+      if constexpr (half) {
+        for (int k = 0; k < 4; ++k) convert_n(reinterpret_cast<const T*>(raw[k]), v[k], n);
       }
       for (int64_t j = 0; j < n; ++j) best[j] = v[0][j], arg[j] = 0;
       for (int k = 1; k < 4; ++k) {
@@ -79,9 +93,9 @@ void max_forward_2x2(const T* x, T* y, I* idx, const PoolGeom& g) {
       }
       for (int64_t r = 0; r < nr; ++r) {
         for (int64_t c = 0; c < nc; ++c) {
-          const int64_t o = (oy0 + r) * g.ow + ox0 + c;
-          y[o] = static_cast<T>(best[r * nc + c]);
-          idx[o] = static_cast<I>(arg[r * nc + c]);
+          const int64_t o = (oy0 + r) * g.ow + ox0 + c, j = r * nc + c;
+          y[o] = half ? raw[arg[j]][j] : B(best[j]);
+          idx[o] = static_cast<I>(arg[j]);
         }
       }
     }
