@@ -109,7 +109,8 @@ const uint16_t* pack_taps(int64_t rows, int64_t ks, int64_t taps, int64_t cpad, 
 }
 
 // out (n images of outs channels, gd.oh() x gd.ow()) = in (n images of ins channels, gd.h x gd.w)
-// convolved with A (pack_taps, outs rows, cpad = bf::k_padded(ins)) + bias, rounded once to bf16.
+// convolved with A (pack_taps, outs rows, cpad = bf::k_padded(ins)) + bias, rounded once to bf16
+// by the tile itself (no fp32 C in memory).
 void convolve(const uint16_t* in, int64_t n, int64_t ins, const Grid& gd, const uint16_t* a, int64_t outs,
               const float* bias, uint16_t* out) {
   const isa::Bf16Gemm& t = isa::active().bf16;
@@ -122,21 +123,20 @@ void convolve(const uint16_t* in, int64_t n, int64_t ins, const Grid& gd, const 
     // Tiles read up to nr - 1 positions past the last column, plus the largest offset.
     const int64_t cols = gd.columns(ni), ldc = round_up(cols, t.nr), stride = ldc + gd.max_offset();
     uint32_t* pairs = thread_scratch<uint32_t>(kSlotCol, cpad / 2 * stride);
-    float* c = thread_scratch<float>(kSlotImage, outs * ldc);
+    uint16_t* c = thread_scratch<uint16_t>(kSlotImage, outs * ldc);  // C rounded to bf16 by the tile
     to_pairs(in, ins, i0, ni, gd, cpad, stride, pairs);
     const uint16_t* b = reinterpret_cast<const uint16_t*>(pairs);
     if (t.prepare) t.prepare();
     for (int64_t col = 0; col < cols; col += t.nr) {
       for (int64_t p = 0; p < outs; p += t.mr) {
-        t.tile({a + p * lda, lda, b + 2 * col, 2 * stride, c + p * ldc + col, ldc, cpad, std::min(t.mr, outs - p),
-                std::min(t.nr, cols - col), bias ? bias + p : nullptr, false, taps, offsets.data()});
+        t.tile({a + p * lda, lda, b + 2 * col, 2 * stride, nullptr, ldc, cpad, std::min(t.mr, outs - p),
+                std::min(t.nr, cols - col), bias ? bias + p : nullptr, false, taps, offsets.data(), c + p * ldc + col});
       }
     }
-    const auto to_bf16 = isa::active().convert.f32_to_bf16;
     for (int64_t i = 0; i < ni; ++i) {
       for (int64_t o = 0; o < outs; ++o) {
         for (int64_t oy = 0; oy < oh; ++oy) {
-          to_bf16(c + o * ldc + i * plane + oy * wp, out + (((i0 + i) * outs + o) * oh + oy) * ow, ow);
+          std::copy_n(c + o * ldc + i * plane + oy * wp, ow, out + (((i0 + i) * outs + o) * oh + oy) * ow);
         }
       }
     }

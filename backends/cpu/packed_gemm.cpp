@@ -162,7 +162,7 @@ void gemm(const uint16_t* a, int64_t lda, int64_t m, int64_t k, const uint16_t* 
     const uint16_t* bs = b + col / t.nr * strip;
     for (int64_t p = 0; p < m; p += t.mr) {
       t.tile({a + p * lda, lda, bs, 2 * t.nr, c + p * ldc + col, ldc, kp, std::min(t.mr, m - p), cols,
-              init ? init + p : nullptr, accumulate == Accumulate::Yes, 1, nullptr});
+              init ? init + p : nullptr, accumulate == Accumulate::Yes, 1, nullptr, nullptr});
     }
   }
 }

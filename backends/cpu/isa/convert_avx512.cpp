@@ -3,6 +3,7 @@
 // width matters where rows are short (an implicit convolution's output rows are 4 to 32 values).
 #include <immintrin.h>
 
+#include "backends/cpu/isa/bf16_bits.h"
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/isa/lane_mask.h"
 
@@ -32,18 +33,10 @@ void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
   }
 }
 
-// Adds 0x7fff plus the lowest kept bit and keeps the top 16 bits; NaN -> quiet NaN (as convert_avx2.cpp;
-// vcvtneps2bf16 would flush subnormals to zero).
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = lane_mask(n - i);
-    const __m512 v = _mm512_maskz_loadu_ps(m, src + i);
-    const __m512i x = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    const __m512i nan = _mm512_srli_epi32(_mm512_or_si512(x, _mm512_set1_epi32(0x400000)), 16);
-    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
-    _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(r));
+    _mm256_mask_storeu_epi16(dst + i, m, bf16_bits(_mm512_maskz_loadu_ps(m, src + i)));
   }
 }
 

@@ -2,9 +2,11 @@
 // block of C in four 16 x 16 tile registers, fed by two A tiles (16 rows x 32 bf16 of k) and two B
 // tiles (16 pairs of k x 16 columns) per 32 steps of k; tdpbf16ps sums exact bf16 products in
 // fp32. The block is stored to the stack and added to C (with init or accumulate) under AVX-512
-// masks. Every thread loads the tile configuration (`prepare`) before its first tile.
+// masks, or rounded to bf16 into c_bf16. Every thread loads the tile configuration (`prepare`)
+// before its first tile.
 #include <immintrin.h>
 
+#include "backends/cpu/isa/bf16_bits.h"
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/isa/lane_mask.h"
 
@@ -59,8 +61,12 @@ void tile(const Bf16TileArgs& t) {
   for (int64_t r = 0; r < t.rows; ++r) {
     const __m512 start = t.init && !t.accumulate ? _mm512_set1_ps(t.init[r]) : _mm512_setzero_ps();
     for (int h = 0; h < 2; ++h) {
-      float* out = t.c + r * t.ldc + 16 * h;
       __m512 sum = _mm512_add_ps(_mm512_load_ps(block[2 * (r / 16) + h][r % 16]), start);
+      if (t.c_bf16) {
+        _mm256_mask_storeu_epi16(t.c_bf16 + r * t.ldc + 16 * h, mask[h], bf16_bits(sum));
+        continue;
+      }
+      float* out = t.c + r * t.ldc + 16 * h;
       if (t.accumulate) sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask[h], out));
       _mm512_mask_storeu_ps(out, mask[h], sum);
     }

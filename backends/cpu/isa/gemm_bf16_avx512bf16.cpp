@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "backends/cpu/isa/bf16_bits.h"
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/isa/lane_mask.h"
 
@@ -48,6 +49,10 @@ void tile(const Bf16TileArgs& t) {
     if (r >= t.rows) break;
 #pragma GCC unroll 3
     for (int64_t v = 0; v < V; ++v) {
+      if (t.c_bf16) {
+        _mm256_mask_storeu_epi16(t.c_bf16 + r * t.ldc + 16 * v, mask[v], bf16_bits(acc[r][v]));
+        continue;
+      }
       float* out = t.c + r * t.ldc + 16 * v;
       const __m512 sum = t.accumulate ? _mm512_add_ps(acc[r][v], _mm512_maskz_loadu_ps(mask[v], out)) : acc[r][v];
       _mm512_mask_storeu_ps(out, mask[v], sum);

@@ -65,6 +65,10 @@ void bf16_tile(const Bf16TileArgs& t) {
     }
   }
   for (int64_t r = 0; r < t.rows; ++r) {
+    if (t.c_bf16) {
+      kConvertScalar.f32_to_bf16(acc[r], t.c_bf16 + r * t.ldc, t.cols);
+      continue;
+    }
     float* out = t.c + r * t.ldc;
     for (int64_t c = 0; c < t.cols; ++c) out[c] = t.accumulate ? out[c] + acc[r][c] : acc[r][c];
   }

@@ -82,7 +82,8 @@ constexpr double kGeluSqrtHalf = 0.70710678118654752440, kGeluInvSqrt2Pi = 0.398
 // (row j holds (B[2j][n], B[2j + 1][n]) for each column n; row stride ldb bf16), readable for
 // ceil(cols / nr) * nr columns, zero in the rows past k. kp is a multiple of kb.
 // With taps > 1 (implicit convolutions, conv2d_implicit.cpp) C sums `taps` such products: product t
-// takes A's columns [t * kp, (t + 1) * kp) and its B at b + b_offsets[t].
+// takes A's columns [t * kp, (t + 1) * kp) and its B at b + b_offsets[t]. With c_bf16 set, C goes
+// there instead of to c, rounded once to bf16 (init included; row stride ldc; not with accumulate).
 struct Bf16TileArgs {
   const uint16_t* a;
   int64_t lda;
@@ -95,6 +96,7 @@ struct Bf16TileArgs {
   bool accumulate;
   int64_t taps;
   const int64_t* b_offsets;  // taps entries, or nullptr when taps == 1
+  uint16_t* c_bf16;
 };
 struct Bf16Gemm {
   int64_t mr, nr, kb;  // tile rows and columns, granularity of k

@@ -301,7 +301,7 @@ TEST_P(IsaKernels, Bf16TileSumsExactProductsInFp32) {
   std::uniform_int_distribution<int> small(-32, 32);
   for (int64_t k : {int64_t{1}, 2 * g.kb + 3}) {
     for (int64_t cols : {int64_t{1}, g.nr - 1, g.nr}) {
-      for (int mode = 0; mode < 3; ++mode) {
+      for (int mode = 0; mode < 4; ++mode) {  // C = A B, init + A B, C + A B, bf16(init + A B)
         SCOPED_TRACE("k=" + std::to_string(k) + " cols=" + std::to_string(cols) + " mode=" + std::to_string(mode));
         const int64_t kp = (k + g.kb - 1) / g.kb * g.kb, rows = g.mr - 1, ldb = 2 * g.nr, ldc = g.nr + 1;
         // Small integers: exact in bf16, and every product and partial sum exact in fp32.
@@ -317,16 +317,24 @@ TEST_P(IsaKernels, Bf16TileSumsExactProductsInFp32) {
         for (int64_t j = 0; j < kp; ++j)
           for (int64_t c = 0; c < g.nr; ++c) bb[(j / 2) * ldb + 2 * c + j % 2] = to_bf16(b[j * g.nr + c]);
         std::vector<float> init(g.mr, 0.5f), c(g.mr * ldc, 2.0f);
+        std::vector<uint16_t> c16(g.mr * ldc, 0x4000);  // bf16 2.0
         if (g.prepare) g.prepare();
-        g.tile({ab.data(), kp, bb.data(), ldb, c.data(), ldc, kp, rows, cols, mode == 1 ? init.data() : nullptr, mode == 2, 1, nullptr});
+        g.tile({ab.data(), kp, bb.data(), ldb, mode == 3 ? nullptr : c.data(), ldc, kp, rows, cols,
+                mode & 1 ? init.data() : nullptr, mode == 2, 1, nullptr, mode == 3 ? c16.data() : nullptr});
         for (int64_t r = 0; r < g.mr; ++r) {
           for (int64_t j = 0; j < ldc; ++j) {
             float ref = 2.0f;  // untouched outside the tile's rows and columns
             if (r < rows && j < cols) {
-              ref = mode == 1 ? 0.5f : mode == 2 ? 2.0f : 0.0f;
+              ref = mode & 1 ? 0.5f : mode == 2 ? 2.0f : 0.0f;
               for (int64_t p = 0; p < k; ++p) ref += a[r * kp + p] * b[p * g.nr + j];
             }
-            ASSERT_EQ(c[r * ldc + j], ref) << "C[" << r << "][" << j << "]";
+            if (mode == 3) {  // rounded once to nearest even (the sums here are exact in fp32)
+              const uint32_t x = bits(ref);
+              ASSERT_EQ(c16[r * ldc + j], static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16))
+                  << "C[" << r << "][" << j << "] = " << ref;
+            } else {
+              ASSERT_EQ(c[r * ldc + j], ref) << "C[" << r << "][" << j << "]";
+            }
           }
         }
       }
@@ -356,7 +364,7 @@ TEST_P(IsaKernels, Bf16TileSumsTapsAtTheirOffsets) {
   for (int64_t t = 0; t < taps; ++t) offsets[t] = k0[t] / 2 * ldb;
   std::vector<float> c(g.mr * ldc, 2.0f);
   if (g.prepare) g.prepare();
-  g.tile({ab.data(), taps * kp, bb.data(), ldb, c.data(), ldc, kp, rows, cols, nullptr, false, taps, offsets.data()});
+  g.tile({ab.data(), taps * kp, bb.data(), ldb, c.data(), ldc, kp, rows, cols, nullptr, false, taps, offsets.data(), nullptr});
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < ldc; ++j) {
       float ref = 2.0f;
