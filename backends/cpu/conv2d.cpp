@@ -688,7 +688,7 @@ void forward(const Conv2dArgs& a, const ConvGeom& g) {
   if constexpr (std::is_same_v<T, BF16>) {
     if (use_bf16_tile(g)) {
       const float* bias = bias_as<float>(a.bias, g.o);
-      if (conv2d_implicit::takes(g, conv2d_implicit::Pass::Forward)) return conv2d_implicit::forward(a, g, bias);
+      if (conv2d_implicit::takes(g)) return conv2d_implicit::forward(a, g, bias);
       return forward_bf16(a, g, bias);
     }
   }
@@ -734,7 +734,7 @@ void backward_data(const Conv2dArgs& a, const ConvGeom& g) {
   using Acc = acc_t<T>;
   if constexpr (std::is_same_v<T, BF16>) {
     if (use_bf16_tile(g)) {
-      if (conv2d_implicit::takes(g, conv2d_implicit::Pass::BackwardData)) return conv2d_implicit::backward_data(a, g);
+      if (conv2d_implicit::takes(g)) return conv2d_implicit::backward_data(a, g);
       return backward_data_bf16(a, g);
     }
   }

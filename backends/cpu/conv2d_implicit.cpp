@@ -11,8 +11,8 @@
 // pairs of channels per 32-bit word (the tile's B layout, isa.h) and W in rows [tap][channel].
 // backward-data: the same with grad_y for x and the flipped, transposed weights, padding k - 1 - p.
 // backward-weight stays on im2col (conv2d.cpp): as an implicit GEMM (per tap, grad_y on the padded
-// grid, shifted, times the input transposed into pairs of positions) it ran no faster on
-// SmallCNN's layers, 10% faster on 32x32 planes and 15-20% slower on 16x16 ones (AMX, 2026-12-02).
+// grid, shifted, times the input transposed into pairs of positions) it ran 10% faster on 32x32
+// planes and 15-20% slower on 16x16 ones (AMX, 2026-12-02).
 #include "backends/cpu/conv2d_implicit.h"
 
 #include <algorithm>
@@ -148,7 +148,7 @@ uint16_t* mutable_bits(const TensorRef& t) { return reinterpret_cast<uint16_t*>(
 
 }  // namespace
 
-bool takes(const ConvGeom& g, Pass pass) {
+bool takes(const ConvGeom& g) {
   static const bool enabled = [] {  // DEMI_IMPLICIT_CONV=0 turns this path off, for A/B benchmarks
     const char* env = std::getenv("DEMI_IMPLICIT_CONV");
     return !(env && std::strcmp(env, "0") == 0);

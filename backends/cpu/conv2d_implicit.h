@@ -1,5 +1,5 @@
 // The forward and backward-data passes of bf16 stride-1 convolutions as implicit GEMMs on the ISA
-// level's bf16 tile (AMX; the scalar oracle in tests): no im2col and no col2im. conv2d.cpp sends a
+// level's bf16 tile (AMX, AVX512_BF16; the scalar tile in tests): no im2col and no col2im. conv2d.cpp sends a
 // bf16 convolution here when its level routes it to the bf16 tile and `takes` says yes;
 // conv2d_implicit.cpp has the layouts.
 #pragma once
@@ -10,12 +10,10 @@
 
 namespace demi::backend::cpu::conv2d_implicit {
 
-enum class Pass { Forward, BackwardData };
-
 // Stride 1, padding below the kernel (so that backward-data is a convolution with padding k - 1 - p),
 // planes that are mostly output rather than padding, and 16 or more channels each way (the tile takes
 // channels in blocks of 32 on AMX; a block of 3 would be mostly zeros).
-bool takes(const ConvGeom& g, Pass pass);
+bool takes(const ConvGeom& g);
 
 // output = input * weight + bias (bias: o fp32 values, or nullptr), rounded once to bf16.
 void forward(const Conv2dArgs& a, const ConvGeom& g, const float* bias);
