@@ -153,7 +153,6 @@ int64_t chunk_rows(const ConvGeom& g) {
   return std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(1, g.ckk() * g.ow * int64_t(sizeof(Acc))), 1, g.oh);
 }
 
-
 // The tensor's data as Acc: the data itself when T is Acc, else a widened copy in `slot`.
 template <typename T, typename Acc>
 const Acc* widen(const T* src, int64_t n, int slot) {
@@ -199,7 +198,7 @@ Walk packed_walk(const ConvGeom& g) {
   if (g.plane() >= kMinCols) {
     return {1, std::clamp(std::max(chunk_rows<float>(g), ceil_div(kMinCols, g.ow)), int64_t(1), g.oh)};
   }
-  return {balanced_group(g.n, ceil_div(kMinCols, g.plane()), omp_in_parallel() ? 1 : omp_get_max_threads()), g.oh};
+  return {balanced_group(g.n, ceil_div(kMinCols, g.plane()), available_threads()), g.oh};
 }
 
 // Whether a convolution runs as Winograd F(2x2, 3x3): 3x3, stride 1, padding 1 (SmallCNN's and
@@ -287,7 +286,7 @@ void winograd_conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w,
                    int64_t outs, const float* bias, T* output) {
   using winograd::kPoints;
   const isa::Winograd& wg = isa::active().winograd;
-  const WinogradWalk wk(n, h, w, omp_in_parallel() ? 1 : omp_get_max_threads(), wg.lanes);
+  const WinogradWalk wk(n, h, w, available_threads(), wg.lanes);
   const int64_t tiles = wk.tiles, plane = h * w, panel = packed_gemm::packed_size(outs, ins);
   for_each_group(n, Walk{wk.per_group, 0}, 0, [&](int64_t i0, int64_t ni) {
     const int64_t cols = ni * tiles;  // the GEMMs' columns

@@ -36,7 +36,6 @@ using BF16 = Eigen::bfloat16;
 constexpr int64_t kMinColumns = 512;
 
 int64_t round_up(int64_t v, int64_t step) { return (v + step - 1) / step * step; }
-int threads_available() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 
 // A stride-1 convolution's padded grid: input h x w padded by (ph, pw), kernel kh x kw.
 struct Grid {
@@ -118,7 +117,7 @@ void convolve(const uint16_t* in, int64_t n, int64_t ins, const Grid& gd, const 
   const int64_t oh = gd.oh(), ow = gd.ow(), wp = gd.wp();
   std::vector<int64_t> offsets(taps);  // in bf16 elements: two per position
   for (int64_t tap = 0; tap < taps; ++tap) offsets[tap] = 2 * gd.offset(tap);
-  const Walk wk{balanced_group(n, ceil_div(kMinColumns, plane), threads_available()), 0};
+  const Walk wk{balanced_group(n, ceil_div(kMinColumns, plane), available_threads()), 0};
   for_each_group(n, wk, 0, [&](int64_t i0, int64_t ni) {
     // Tiles read up to nr - 1 positions past the last column, plus the largest offset.
     const int64_t cols = gd.columns(ni), ldc = round_up(cols, t.nr), stride = ldc + gd.max_offset();

@@ -40,8 +40,10 @@ void for_each_image(int64_t count, int threads, Body&& body) {
     for (int64_t i = 0; i < count; ++i) body(i);
   }
 }
+// Threads a pass may spread over: the pool, or 1 inside a parallel region.
+inline int available_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 inline int image_threads(int64_t count) {
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int threads = available_threads();
   return count >= threads ? threads : 1;
 }
 
