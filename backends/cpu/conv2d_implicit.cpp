@@ -35,8 +35,6 @@ using BF16 = Eigen::bfloat16;
 // Columns (positions) of a group of images: enough to amortise the per-group set-up.
 constexpr int64_t kMinColumns = 512;
 
-int64_t round_up(int64_t v, int64_t step) { return (v + step - 1) / step * step; }
-
 // A stride-1 convolution's padded grid: input h x w padded by (ph, pw), kernel kh x kw.
 struct Grid {
   int64_t h, w, ph, pw, kh, kw;
@@ -120,7 +118,7 @@ void convolve(const uint16_t* in, int64_t n, int64_t ins, const Grid& gd, const 
   const Walk wk{balanced_group(n, ceil_div(kMinColumns, plane), available_threads()), 0};
   for_each_group(n, wk, 0, [&](int64_t i0, int64_t ni) {
     // Tiles read up to nr - 1 positions past the last column, plus the largest offset.
-    const int64_t cols = gd.columns(ni), ldc = round_up(cols, t.nr), stride = ldc + gd.max_offset();
+    const int64_t cols = gd.columns(ni), ldc = bf::n_padded(cols), stride = ldc + gd.max_offset();
     uint32_t* pairs = thread_scratch<uint32_t>(kSlotCol, cpad / 2 * stride);
     uint16_t* c = thread_scratch<uint16_t>(kSlotImage, outs * ldc);  // C rounded to bf16 by the tile
     to_pairs(in, ins, i0, ni, gd, cpad, stride, pairs);
