@@ -180,10 +180,11 @@ BENCHMARK_CAPTURE(BM_ConvSmallCnn, bf16, DType::BF16)->UseRealTime()->MeasurePro
 BENCHMARK_CAPTURE(BM_ConvAirNet, f32, DType::F32)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ConvAirNet, bf16, DType::BF16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
-// SmallCNN's 2x2 max-pools at batch 128 (inputs [128, C, HW, HW]), forward: GB/s of input read.
+// SmallCNN's 2x2 max-pools at batch 128 (inputs [128, C, HW, HW]), forward and backward: GB/s of
+// the input (forward reads it, backward writes its gradient).
 constexpr ConvShape kSmallCnnPools[] = {{32, 32, 32}, {64, 64, 16}, {128, 128, 8}};
 
-void BM_MaxPool(benchmark::State& state, DType dtype) {
+void BM_MaxPool(benchmark::State& state, DType dtype, Pass pass) {
   const ConvShape& s = kSmallCnnPools[state.range(0)];
   Buffer x(dtype, {kBatch, s.c, s.hw, s.hw}), y(dtype, {kBatch, s.c, s.hw / 2, s.hw / 2});
   Buffer idx(DType::U8, {kBatch, s.c, s.hw / 2, s.hw / 2});
@@ -192,15 +193,56 @@ void BM_MaxPool(benchmark::State& state, DType dtype) {
   args.kernel_h = args.kernel_w = args.stride_h = args.stride_w = 2;
   args.input = x.ref(), args.output = y.ref(), args.indices = idx.ref();
   Kernels& k = kernels_for(Device::cpu());
+  k.pool2d_forward(args);  // the indices backward reads
   for (auto _ : state) {
-    k.pool2d_forward(args);
+    if (pass == Pass::Forward) {
+      k.pool2d_forward(args);
+    } else {
+      k.pool2d_backward(args);  // grad_y = y's buffer, grad_x = x's
+    }
     benchmark::ClobberMemory();
   }
   state.counters["GB/s"] = benchmark::Counter(double(x.ref().numel()) * dtype_size(dtype) / 1e9,
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK_CAPTURE(BM_MaxPool, f32, DType::F32)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MaxPool, bf16, DType::BF16)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPool, f32, DType::F32, Pass::Forward)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPool, bf16, DType::BF16, Pass::Forward)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPool, f32_backward, DType::F32, Pass::BackwardData)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPool, bf16_backward, DType::BF16, Pass::BackwardData)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+
+// SmallCNN's batch norms at batch 128 (the max-pools' inputs: [128, C, HW, HW]), training forward
+// and backward (grad_input, grad_weight, grad_bias): GB/s of x (and grad_y) read once.
+enum class BnPass { Forward, Backward };
+
+void BM_BatchNorm(benchmark::State& state, DType dtype, BnPass pass) {
+  const ConvShape& s = kSmallCnnPools[state.range(0)];
+  const Shape shape{kBatch, s.c, s.hw, s.hw};
+  Buffer x(dtype, shape), y(dtype, shape), gy(dtype, shape), gx(dtype, shape);
+  Buffer weight(DType::F32, {s.c}), bias(DType::F32, {s.c}), mean(DType::F32, {s.c}), invstd(DType::F32, {s.c});
+  Buffer rmean(DType::F32, {s.c}), rvar(DType::F32, {s.c}), gw(DType::F32, {s.c}), gb(DType::F32, {s.c});
+  BatchNormArgs args;
+  args.input = x.ref(), args.output = y.ref(), args.weight = weight.ref(), args.bias = bias.ref();
+  args.running_mean = rmean.ref(), args.running_var = rvar.ref();
+  args.save_mean = mean.ref(), args.save_invstd = invstd.ref();
+  args.grad_output = gy.ref(), args.grad_input = gx.ref(), args.grad_weight = gw.ref(), args.grad_bias = gb.ref();
+  Kernels& k = kernels_for(Device::cpu());
+  k.batch_norm_forward(args);  // the saved statistics backward reads
+  for (auto _ : state) {
+    if (pass == BnPass::Forward) {
+      k.batch_norm_forward(args);
+    } else {
+      k.batch_norm_backward(args);
+    }
+    benchmark::ClobberMemory();
+  }
+  const double reads = pass == BnPass::Forward ? 1.0 : 2.0;
+  state.counters["GB/s"] = benchmark::Counter(reads * double(x.ref().numel()) * dtype_size(dtype) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(BM_BatchNorm, f32_forward, DType::F32, BnPass::Forward)->ArgName("layer")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, f32_backward, DType::F32, BnPass::Backward)->ArgName("layer")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, bf16_forward, DType::BF16, BnPass::Forward)->ArgName("layer")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, bf16_backward, DType::BF16, BnPass::Backward)->ArgName("layer")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace demi::backend
