@@ -20,6 +20,6 @@ void normal_cdf_pdf(const float* x, float* cdf, float* pdf, int64_t n) {
 
 }  // namespace
 
-extern const Gelu kGeluScalar = {normal_cdf_pdf};
+extern const Gelu kGeluScalar = {normal_cdf_pdf, normal_cdf_pdf};
 
 }  // namespace demi::backend::cpu::isa

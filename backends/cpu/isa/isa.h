@@ -68,8 +68,13 @@ struct Convert {
 // z / 2) (Numerical Recipes' erfcc: relative error < 1.2e-7 everywhere; 1 + erf(x / sqrt 2) would
 // cancel for negative x), and the PDF phi(x), evaluated in double so that rounding adds nothing
 // visible in fp32. cdf[i] = Phi(x[i]); pdf[i] = phi(x[i]) when pdf is not null.
+// normal_cdf_pdf_half: the same for results that are rounded to fp16 or bf16 next, within a
+// relative 2^-17 of normal_cdf_pdf (fp16 keeps 11 bits). The AVX-512 levels evaluate it in fp32,
+// 16 values a vector (the double kernel was a tenth of an AirNet bf16 step); the others point it
+// at normal_cdf_pdf.
 struct Gelu {
   void (*normal_cdf_pdf)(const float* x, float* cdf, float* pdf, int64_t n);
+  void (*normal_cdf_pdf_half)(const float* x, float* cdf, float* pdf, int64_t n);
 };
 // P's coefficients, lowest power first, and the constants every variant uses.
 constexpr double kGeluErfc[10] = {-1.26551223, 1.00002368, 0.37409196,  0.09678418, -0.18628806,

@@ -294,6 +294,38 @@ TEST_P(IsaKernels, GeluCdfAndPdfMatchTheOracleWithinAnUlp) {
   EXPECT_NEAR(cdf[0], 0.5f, 1e-7);
 }
 
+TEST_P(IsaKernels, GeluHalfEntryIsWithinTwoToTheMinus17OfTheOracle) {
+  // normal_cdf_pdf_half feeds results that are rounded to fp16 (11 bits) or bf16 next; the AVX-512
+  // levels compute it in fp32. Where the true value leaves fp32's normal range (|x| > ~13) it may
+  // flush to 0.
+  std::vector<float> x = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 3.0f, -3.0f, 8.0f, -8.0f, 12.0f, -12.0f, 13.0f,
+                          -13.0f, 40.0f, -40.0f, INFINITY, -INFINITY, NAN};
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> dist(-12.0f, 12.0f);
+  for (int i = 0; i < 4000; ++i) x.push_back(dist(rng));
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (int64_t len : {n, int64_t{5}, int64_t{21}}) {  // ragged tails too
+    std::vector<float> cdf(n, -1.0f), pdf(n, -1.0f), cdf_o(n, -1.0f), pdf_o(n, -1.0f);
+    t().gelu.normal_cdf_pdf_half(x.data(), cdf.data(), pdf.data(), len);
+    oracle().gelu.normal_cdf_pdf(x.data(), cdf_o.data(), pdf_o.data(), len);
+    for (int64_t i = 0; i < n; ++i) {
+      SCOPED_TRACE("x = " + std::to_string(x[i]) + " i = " + std::to_string(i));
+      for (auto [got, want] : {std::pair{cdf[i], cdf_o[i]}, std::pair{pdf[i], pdf_o[i]}}) {
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got));
+        } else if (std::fabs(want) < 0x1p-126f) {
+          ASSERT_LE(std::fabs(got), 0x1p-126f) << got << " vs " << want;
+        } else {
+          ASSERT_LE(std::fabs(got - want), std::fabs(want) * 0x1p-17f) << got << " vs " << want;
+        }
+      }
+    }
+  }
+  std::vector<float> cdf(4, -1.0f);
+  t().gelu.normal_cdf_pdf_half(x.data(), cdf.data(), nullptr, 4);  // no pdf asked for
+  EXPECT_NEAR(cdf[0], 0.5f, 1e-7);
+}
+
 TEST_P(IsaKernels, Bf16TileSumsExactProductsInFp32) {
   const Bf16Gemm& g = t().bf16;
   if (!g.tile) GTEST_SKIP() << level_name(GetParam()) << " has no bf16 tile: bf16 is widened into the fp32 tile";
