@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/common.h"
 #include "backends/cpu/isa/isa.h"
 
 namespace demi::backend::cpu::packed_gemm {
@@ -20,19 +21,22 @@ void transpose(const float* src, int64_t src_stride, int64_t m, int64_t n, float
 
 void pack_a(const float* a, int64_t row_stride, int64_t col_stride, int64_t m, int64_t k, float* out) {
   const isa::F32Gemm& t = isa::active().gemm;
-  for (int64_t p = 0; p < m; p += t.mr) {
-    const int64_t rows = std::min(t.mr, m - p);
-    if (rows == t.mr && col_stride == 1) {  // a full panel of a row-major A: a transpose
-      t.transpose(a + p * row_stride, row_stride, t.mr, k, out, t.mr);
-      out += t.mr * k;
-      continue;
+  // Panels spread over the threads (serially inside a parallel region): a convolution's weights
+  // are packed once per call by the calling thread, 2.4 MiB for AirNet's last layer.
+  parallel_for((m + t.mr - 1) / t.mr, 2 * t.mr * k, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin * t.mr; p < std::min(m, end * t.mr); p += t.mr) {
+      const int64_t rows = std::min(t.mr, m - p);
+      float* panel = out + p * k;
+      if (rows == t.mr && col_stride == 1) {  // a full panel of a row-major A: a transpose
+        t.transpose(a + p * row_stride, row_stride, t.mr, k, panel, t.mr);
+        continue;
+      }
+      for (int64_t j = 0; j < k; ++j) {
+        for (int64_t r = 0; r < rows; ++r) panel[j * t.mr + r] = a[(p + r) * row_stride + j * col_stride];
+        for (int64_t r = rows; r < t.mr; ++r) panel[j * t.mr + r] = 0.0f;
+      }
     }
-    for (int64_t j = 0; j < k; ++j) {
-      for (int64_t r = 0; r < rows; ++r) out[r] = a[(p + r) * row_stride + j * col_stride];
-      for (int64_t r = rows; r < t.mr; ++r) out[r] = 0.0f;
-      out += t.mr;
-    }
-  }
+  });
 }
 
 void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,

@@ -22,9 +22,11 @@ constexpr int64_t kPoints = 16;
 
 // U[xi * outs * ins + o * ins + i] = (G g G^T)[xi] with g the 3x3 filter from input channel i to
 // output channel o. w is [outs][ins][3][3] or, when `adjoint`, the forward weight [ins][outs][3][3]
-// of the convolution whose backward-data this is: then g = w[i][o] rotated by 180 degrees.
-inline void transform_weights(const float* w, int64_t outs, int64_t ins, bool adjoint, float* u) {
-  for (int64_t o = 0; o < outs; ++o) {
+// of the convolution whose backward-data this is: then g = w[i][o] rotated by 180 degrees. Output
+// channels [o_begin, o_end) only, so that threads can share the work.
+inline void transform_weights(const float* w, int64_t outs, int64_t ins, bool adjoint, float* u, int64_t o_begin,
+                              int64_t o_end) {
+  for (int64_t o = o_begin; o < o_end; ++o) {
     for (int64_t i = 0; i < ins; ++i) {
       float g[3][3];
       for (int r = 0; r < 3; ++r)
