@@ -96,12 +96,14 @@ template <typename Weight>
 const uint16_t* pack_taps(int64_t rows, int64_t ks, int64_t taps, int64_t cpad, Weight&& weight) {
   const int64_t lda = taps * cpad, padded = bf::m_padded(rows);
   uint16_t* a = thread_scratch<uint16_t>(kSlotPacked, padded * lda);
-  std::fill(a, a + padded * lda, uint16_t{0});
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t t = 0; t < taps; ++t) {
-      for (int64_t k = 0; k < ks; ++k) a[r * lda + t * cpad + k] = weight(r, k, t);
+  parallel_for(padded, lda, [&](int64_t begin, int64_t end) {  // not left to one thread: see winograd_weights
+    std::fill(a + begin * lda, a + end * lda, uint16_t{0});
+    for (int64_t r = begin; r < std::min(end, rows); ++r) {
+      for (int64_t t = 0; t < taps; ++t) {
+        for (int64_t k = 0; k < ks; ++k) a[r * lda + t * cpad + k] = weight(r, k, t);
+      }
     }
-  }
+  });
   return a;
 }
 

@@ -66,14 +66,16 @@ int64_t n_padded(int64_t n) { return round_up(std::max<int64_t>(n, 1), isa::acti
 
 void pack_a(const uint16_t* a, int64_t row_stride, int64_t col_stride, int64_t m, int64_t k, uint16_t* out) {
   const int64_t kp = k_padded(k);
-  for (int64_t i = 0; i < m; ++i) {
-    uint16_t* row = out + i * kp;
-    if (col_stride == 1) {
-      std::memcpy(row, a + i * row_stride, sizeof(uint16_t) * k);
-    } else {
-      for (int64_t j = 0; j < k; ++j) row[j] = a[i * row_stride + j * col_stride];
+  parallel_for(m, 2 * kp, [&](int64_t begin, int64_t end) {  // rows spread over the threads, as fp32's
+    for (int64_t i = begin; i < end; ++i) {
+      uint16_t* row = out + i * kp;
+      if (col_stride == 1) {
+        std::memcpy(row, a + i * row_stride, sizeof(uint16_t) * k);
+      } else {
+        for (int64_t j = 0; j < k; ++j) row[j] = a[i * row_stride + j * col_stride];
+      }
     }
-  }
+  });
   pad_a(out, kp, m, k);
 }
 
