@@ -33,6 +33,11 @@ template <> struct AccType<Eigen::half> { using type = float; };
 template <> struct AccType<Eigen::bfloat16> { using type = float; };
 template <typename T> using acc_t = typename AccType<T>::type;
 
+// The +infinity bits of a half type (fp16 0x7c00, bf16 0x7f80); a larger magnitude is a NaN. For
+// kernels that work on the bits (ReLU, max pooling).
+template <typename T>
+constexpr uint16_t kHalfInfBits = std::is_same_v<T, Eigen::half> ? 0x7c00 : 0x7f80;
+
 // Calls fn(T{}) with T the C++ type of a floating dtype; throws for other dtypes.
 template <typename Fn>
 void dispatch_floating(DType dtype, const char* op, Fn&& fn) {

@@ -143,9 +143,6 @@ void gelu_float(const T* x, const T* g, T* y, int64_t n) {
 // x < 0 (negative, not -0, not NaN) is bits in [0x8001, 0x8000 | inf]; x > 0 (not NaN) is bits in
 // [1, inf]. One unsigned compare each, so the loops vectorise.
 template <typename T>
-constexpr uint16_t kHalfInfBits = std::is_same_v<T, Eigen::half> ? 0x7c00 : 0x7f80;
-
-template <typename T>
 void relu_half(const T* x, T* y, int64_t n) {
   const auto* in = reinterpret_cast<const uint16_t*>(x);
   auto* out = reinterpret_cast<uint16_t*>(y);

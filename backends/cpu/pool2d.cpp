@@ -58,7 +58,7 @@ struct Bits2x2 {
   using W = std::conditional_t<sizeof(T) == 4, uint64_t, uint32_t>;  // two neighbours
   static constexpr int kShift = 8 * sizeof(T);
   static constexpr U kSign = U(U(1) << (kShift - 1));
-  static constexpr int32_t kInf = sizeof(T) == 4 ? 0x7f800000 : std::is_same_v<T, Eigen::half> ? 0x7c00 : 0x7f80;
+  static constexpr int32_t kInf = sizeof(T) == 4 ? 0x7f800000 : kHalfInfBits<T>;
   static constexpr int32_t kNanKey = sizeof(T) == 4 ? 0x7fffffff : 0x7fff;
 
   // An integer that orders like the value: -magnitude for negatives (so -0 == +0, as comparing
