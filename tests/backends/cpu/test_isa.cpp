@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -267,31 +268,46 @@ TEST_P(IsaKernels, ConversionsMatchTheOracleBitForBit) {
   }
 }
 
+using GeluEntry = void (*)(const float* x, float* cdf, float* pdf, int64_t n);
+
+// Runs `entry` and the oracle's double kernel on x (whole, and cut at each of `tails` for the
+// ragged ends): NaN where the oracle gives NaN; where the oracle's value is below `flush` in
+// magnitude, anything no larger than `flush`; elsewhere within a relative `tolerance`. Then the
+// entry once without a pdf.
+void expect_gelu_entry_matches(GeluEntry entry, GeluEntry oracle, const std::vector<float>& x, float tolerance,
+                               float flush, std::initializer_list<int64_t> tails) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<int64_t> lengths = {n};
+  lengths.insert(lengths.end(), tails);
+  for (int64_t len : lengths) {
+    std::vector<float> cdf(n, -1.0f), pdf(n, -1.0f), cdf_o(n, -1.0f), pdf_o(n, -1.0f);
+    entry(x.data(), cdf.data(), pdf.data(), len);
+    oracle(x.data(), cdf_o.data(), pdf_o.data(), len);
+    for (int64_t i = 0; i < n; ++i) {
+      SCOPED_TRACE("x = " + std::to_string(x[i]) + " i = " + std::to_string(i));
+      for (auto [got, want] : {std::pair{cdf[i], cdf_o[i]}, std::pair{pdf[i], pdf_o[i]}}) {
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got));
+        } else if (std::fabs(want) < flush) {
+          ASSERT_LE(std::fabs(got), flush) << got << " vs " << want;
+        } else {
+          ASSERT_LE(std::fabs(got - want), std::fabs(want) * tolerance) << got << " vs " << want;
+        }
+      }
+    }
+  }
+  std::vector<float> cdf(4, -1.0f);
+  entry(x.data(), cdf.data(), nullptr, 4);  // no pdf asked for
+  EXPECT_NEAR(cdf[0], 0.5f, 1e-7);
+}
+
 TEST_P(IsaKernels, GeluCdfAndPdfMatchTheOracleWithinAnUlp) {
   std::vector<float> x = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 3.0f, -3.0f, 8.0f, -8.0f, 13.0f, -13.0f, 40.0f,
                           -40.0f, INFINITY, -INFINITY, NAN};
   std::mt19937 rng(8);
   std::uniform_real_distribution<float> dist(-9.0f, 9.0f);
   for (int i = 0; i < 2000; ++i) x.push_back(dist(rng));
-  const int64_t n = static_cast<int64_t>(x.size());
-  for (int64_t len : {n, int64_t{3}, int64_t{13}}) {  // ragged tails too
-    std::vector<float> cdf(n, -1.0f), pdf(n, -1.0f), cdf_o(n, -1.0f), pdf_o(n, -1.0f);
-    t().gelu.normal_cdf_pdf(x.data(), cdf.data(), pdf.data(), len);
-    oracle().gelu.normal_cdf_pdf(x.data(), cdf_o.data(), pdf_o.data(), len);
-    for (int64_t i = 0; i < n; ++i) {
-      SCOPED_TRACE("x = " + std::to_string(x[i]));
-      for (auto [got, want] : {std::pair{cdf[i], cdf_o[i]}, std::pair{pdf[i], pdf_o[i]}}) {
-        if (std::isnan(want)) {
-          ASSERT_TRUE(std::isnan(got));
-        } else {
-          ASSERT_LE(std::fabs(got - want), std::fabs(want) * 0x1p-23f) << got << " vs " << want;
-        }
-      }
-    }
-  }
-  std::vector<float> cdf(4, -1.0f);
-  t().gelu.normal_cdf_pdf(x.data(), cdf.data(), nullptr, 4);  // no pdf asked for
-  EXPECT_NEAR(cdf[0], 0.5f, 1e-7);
+  expect_gelu_entry_matches(t().gelu.normal_cdf_pdf, oracle().gelu.normal_cdf_pdf, x, 0x1p-23f, 0.0f, {3, 13});
 }
 
 TEST_P(IsaKernels, GeluHalfEntryIsWithinTwoToTheMinus17OfTheOracle) {
@@ -303,27 +319,8 @@ TEST_P(IsaKernels, GeluHalfEntryIsWithinTwoToTheMinus17OfTheOracle) {
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> dist(-12.0f, 12.0f);
   for (int i = 0; i < 4000; ++i) x.push_back(dist(rng));
-  const int64_t n = static_cast<int64_t>(x.size());
-  for (int64_t len : {n, int64_t{5}, int64_t{21}}) {  // ragged tails too
-    std::vector<float> cdf(n, -1.0f), pdf(n, -1.0f), cdf_o(n, -1.0f), pdf_o(n, -1.0f);
-    t().gelu.normal_cdf_pdf_half(x.data(), cdf.data(), pdf.data(), len);
-    oracle().gelu.normal_cdf_pdf(x.data(), cdf_o.data(), pdf_o.data(), len);
-    for (int64_t i = 0; i < n; ++i) {
-      SCOPED_TRACE("x = " + std::to_string(x[i]) + " i = " + std::to_string(i));
-      for (auto [got, want] : {std::pair{cdf[i], cdf_o[i]}, std::pair{pdf[i], pdf_o[i]}}) {
-        if (std::isnan(want)) {
-          ASSERT_TRUE(std::isnan(got));
-        } else if (std::fabs(want) < 0x1p-126f) {
-          ASSERT_LE(std::fabs(got), 0x1p-126f) << got << " vs " << want;
-        } else {
-          ASSERT_LE(std::fabs(got - want), std::fabs(want) * 0x1p-17f) << got << " vs " << want;
-        }
-      }
-    }
-  }
-  std::vector<float> cdf(4, -1.0f);
-  t().gelu.normal_cdf_pdf_half(x.data(), cdf.data(), nullptr, 4);  // no pdf asked for
-  EXPECT_NEAR(cdf[0], 0.5f, 1e-7);
+  expect_gelu_entry_matches(t().gelu.normal_cdf_pdf_half, oracle().gelu.normal_cdf_pdf, x, 0x1p-17f, 0x1p-126f,
+                            {5, 21});
 }
 
 TEST_P(IsaKernels, Bf16TileSumsExactProductsInFp32) {
