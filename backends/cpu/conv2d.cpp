@@ -425,6 +425,26 @@ void backward_data_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w
   });
 }
 
+// Backward-weight's products C (m x n) += A (m x depth) B^T (B: n x depth), both operands with the
+// depth contiguous (Winograd's V and Z, im2col's columns and grad_y's rows). Small ones (SmallCNN's
+// 32..64 channels, 27 x 32 for its first layer) go to the dot tile, which reads both in place;
+// large ones (AirNet's 256 channels) to the packed tile, whose 8 x 48 block reuses each load far
+// more, which outweighs packing A and transposing B there. The crossover, m n = 40 (m + n), is
+// where the two met on an AMX Xeon (docs/BENCHMARKS.md): as dots, 27 x 32 ran 40% faster, 32 x 32
+// 20%, 64 x 64 0-10% (the same at avx2), 64 x 128 the same, 64 x 256 and 256 x 256 5-20% slower.
+void grad_weight_product(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t n, int64_t depth,
+                         float* c) {
+  if (m * n < 40 * (m + n)) {
+    packed_gemm::gemm_nt(a, lda, m, b, ldb, n, depth, c, n, packed_gemm::Accumulate::Yes);
+    return;
+  }
+  float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(m, depth));
+  float* bt = thread_scratch<float>(kSlotGradYT, depth * n);
+  packed_gemm::pack_a(a, lda, 1, m, depth, packed);
+  packed_gemm::transpose(b, ldb, n, depth, bt, n);
+  packed_gemm::gemm(packed, m, depth, bt, n, n, c, n, nullptr, packed_gemm::Accumulate::Yes);
+}
+
 // backward-weight by Winograd F(2x2, 3x3): per group of images, V (the forward's input transform)
 // and Z = A dY A^T of grad_y's tiles; dU^T[xi] (ins x outs) += V[xi] Z[xi]^T, summed over the
 // tiles, per thread; at the end dW = G^T dU G into partial (ckk x o, the packed path's grad_w^T
@@ -466,12 +486,8 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
         wg.transform_grad_output(split_e, split_o, th, lanes, z + o * cols + k0 * tiles, outs * cols);
       }
     }
-    float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(ins, cols));
-    float* zt = thread_scratch<float>(kSlotGradYT, cols * outs);
     for (int64_t xi = 0; xi < kPoints; ++xi) {
-      packed_gemm::pack_a(v + xi * ins * cols, cols, 1, ins, cols, packed);
-      packed_gemm::transpose(z + xi * outs * cols, cols, outs, cols, zt, outs);
-      packed_gemm::gemm(packed, ins, cols, zt, outs, outs, du + t * usize + xi * ins * outs, outs, nullptr, packed_gemm::Accumulate::Yes);
+      grad_weight_product(v + xi * ins * cols, cols, ins, z + xi * outs * cols, cols, outs, cols, du + t * usize + xi * ins * outs);
     }
   });
   for (int t = 1; t < threads; ++t) {
@@ -485,9 +501,9 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
   }
 }
 
-// grad_w^T (ckk x o) += col (ckk x depth, packed) * grad_y^T (depth x o) into the calling thread's
-// partial; the depth is a chunk of rows of one image or a group of small images. grad_y^T is small
-// (depth x o) next to col.
+// grad_w^T (ckk x o) += col (ckk x depth) * grad_y^T (depth x o) into the calling thread's partial;
+// the depth is a chunk of rows of one image or a group of small images (their grad_y rows gathered
+// side by side first).
 template <typename T>
 void backward_weight_packed(const Conv2dArgs& a, const ConvGeom& g, float* partial, double* bias_partial,
                             int threads) {
@@ -500,13 +516,7 @@ void backward_weight_packed(const Conv2dArgs& a, const ConvGeom& g, float* parti
     const int t = threads > 1 ? omp_get_thread_num() : 0;
     const int64_t max_cols = std::max(ni * plane, wk.rows * g.ow);
     float* col = thread_scratch<float>(kSlotCol, ckk * max_cols);
-    float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(ckk, max_cols));
-    float* gyt = thread_scratch<float>(kSlotGradYT, max_cols * g.o);
-    // depth columns of col (row stride ld) and their grad_y^T rows are ready: accumulate.
-    auto accumulate = [&](const float* cols, int64_t ld, int64_t depth) {
-      packed_gemm::pack_a(cols, ld, 1, ckk, depth, packed);
-      packed_gemm::gemm(packed, ckk, depth, gyt, g.o, g.o, partial + t * wsize, g.o, nullptr, packed_gemm::Accumulate::Yes);
-    };
+    float* gy_group = ni > 1 ? thread_scratch<float>(kSlotImage, g.o * ni * plane) : nullptr;
     for (int64_t k = 0; k < ni; ++k) {
       const T* x = input + (i0 + k) * image;
       const float* gy = widen<T, float>(grad_y + (i0 + k) * g.o * plane, g.o * plane, kSlotGradY);
@@ -515,20 +525,20 @@ void backward_weight_packed(const Conv2dArgs& a, const ConvGeom& g, float* parti
           bias_partial[t * g.o + o] += static_cast<double>(ConstMatrixMap<float>(gy, g.o, plane).row(o).sum());
         }
       }
-      if (ni > 1) {  // gather the group, one GEMM after the last image
+      if (ni > 1) {  // gather the group, one product after the last image
         im2col(x, col + k * plane, g, 0, g.oh, ni * plane);
-        packed_gemm::transpose(gy, plane, g.o, plane, gyt + k * plane * g.o, g.o);
-        if (k == ni - 1) accumulate(col, ni * plane, ni * plane);
+        for (int64_t o = 0; o < g.o; ++o) std::copy_n(gy + o * plane, plane, gy_group + (o * ni + k) * plane);
+        if (k == ni - 1) grad_weight_product(col, ni * plane, ckk, gy_group, ni * plane, g.o, ni * plane, partial + t * wsize);
         continue;
       }
       for (int64_t oy = 0; oy < g.oh; oy += wk.rows) {
         const int64_t end = std::min(g.oh, oy + wk.rows), len = (end - oy) * g.ow;
-        packed_gemm::transpose(gy + oy * g.ow, plane, g.o, len, gyt, g.o);
         if (std::is_same_v<T, float> && g.pointwise()) {  // rows of the image are the columns
-          accumulate(reinterpret_cast<const float*>(x) + oy * g.ow, plane, len);
+          grad_weight_product(reinterpret_cast<const float*>(x) + oy * g.ow, plane, ckk, gy + oy * g.ow, plane, g.o, len,
+                              partial + t * wsize);
         } else {
           im2col(x, col, g, oy, end, len);
-          accumulate(col, len, len);
+          grad_weight_product(col, len, ckk, gy + oy * g.ow, plane, g.o, len, partial + t * wsize);
         }
       }
     }

@@ -9,6 +9,10 @@
 #include "backends/cpu/isa/isa.h"
 
 namespace demi::backend::cpu::packed_gemm {
+namespace {
+// The bytes of B that gemm_nt keeps in L1 (half of a 32 KiB L1d; A's rows share the rest).
+constexpr int64_t kDotL1Bytes = 16 << 10;
+}  // namespace
 
 int64_t packed_size(int64_t m, int64_t k) {
   const int64_t mr = isa::active().gemm.mr;
@@ -48,6 +52,25 @@ void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t l
     for (int64_t p = 0; p < m; p += t.mr) {
       t.tile({a_packed + p * k, b + col, ldb, c + p * ldc + col, ldc, k, std::min(t.mr, m - p), cols,
               init ? init + p : nullptr, accumulate == Accumulate::Yes});
+    }
+  }
+}
+
+void gemm_nt(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t n, int64_t k, float* c,
+             int64_t ldc, Accumulate accumulate) {
+  const isa::F32Gemm& t = isa::active().gemm;
+  // A block of B's rows stays in L1 while A's rows pass over it, dr at a time: each B row is read
+  // from L2 once, each A row once per block (streaming all of B past every dr rows of A read it
+  // m / dr times, and lost to the packed GEMM on 64 x 128 products).
+  const int64_t rows_in_l1 = std::max<int64_t>(1, kDotL1Bytes / (sizeof(float) * std::max<int64_t>(k, 1)) / t.dc);
+  const int64_t block = rows_in_l1 * t.dc;
+  for (int64_t j0 = 0; j0 < n; j0 += block) {
+    const int64_t j1 = std::min(n, j0 + block);
+    for (int64_t i = 0; i < m; i += t.dr) {
+      for (int64_t j = j0; j < j1; j += t.dc) {
+        t.dot_tile({a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, k, std::min(t.dr, m - i),
+                    std::min(t.dc, j1 - j), accumulate == Accumulate::Yes});
+      }
     }
   }
 }

@@ -27,6 +27,12 @@ enum class Accumulate { No, Yes };
 void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
           const float* init, Accumulate accumulate = Accumulate::No);
 
+// C (m x n, row stride ldc) = A * B^T, or with Accumulate::Yes C += A * B^T, for A (m x k) and B
+// (n x k) both row-major (row strides lda, ldb): sums of products of two k-contiguous rows, as
+// backward-weight's are, with neither operand packed nor transposed (the dot tile, isa.h).
+void gemm_nt(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t n, int64_t k, float* c,
+             int64_t ldc, Accumulate accumulate = Accumulate::No);
+
 }  // namespace demi::backend::cpu::packed_gemm
 
 namespace demi::backend::cpu::packed_gemm_bf16 {

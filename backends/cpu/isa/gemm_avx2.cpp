@@ -1,6 +1,7 @@
 // The packed fp32 GEMM tile on AVX2 + FMA (compiled with -mavx2 -mfma): 4 rows x 24 columns, 12 ymm
 // accumulators + 3 B vectors + 1 broadcast fill the 16 registers; 4-row panels divide every channel
-// count of SmallCNN and AirNet. Also the 8x8-block transpose the AVX-512 table shares.
+// count of SmallCNN and AirNet. Also the 4 x 3 dot tile (isa.h) and the 8x8-block transpose the
+// AVX-512 table shares.
 #include <immintrin.h>
 
 #include "backends/cpu/isa/isa.h"
@@ -83,6 +84,57 @@ void transpose8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_
   }
 }
 
+// The dot tile: a 4 x 3 block of C as 12 accumulators of 8 partial sums along k (with 3 B vectors
+// and one A vector, all 16 registers), folded by hadd at the end. Rows past `rows` (columns past
+// `cols`) read row 0 again and are dropped.
+constexpr int64_t kDotRows = 4, kDotCols = 3;
+
+// One step of k (8 values, loaded by `load`): acc[3 * r + c] += a[r] * b[c]. Inlined, so that acc
+// stays in registers.
+template <typename Load>
+[[gnu::always_inline]] inline void dot_step(__m256 (&acc)[12], const float* const (&a)[kDotRows],
+                                            const float* const (&b)[kDotCols], int64_t j, Load load) {
+  __m256 bv[kDotCols];
+#pragma GCC unroll 3
+  for (int c = 0; c < kDotCols; ++c) bv[c] = load(b[c] + j);
+#pragma GCC unroll 4
+  for (int r = 0; r < kDotRows; ++r) {
+    __m256 av = load(a[r] + j);
+    asm("" : "+x"(av));  // one load into a register: GCC would fold it into all three FMAs
+#pragma GCC unroll 3
+    for (int c = 0; c < kDotCols; ++c) acc[3 * r + c] = _mm256_fmadd_ps(av, bv[c], acc[3 * r + c]);
+  }
+}
+
+void dot_tile(const F32DotArgs& t) {
+  const float* a[kDotRows];
+  const float* b[kDotCols];
+  for (int64_t i = 0; i < kDotRows; ++i) a[i] = t.a + (i < t.rows ? i : 0) * t.lda;
+  for (int64_t i = 0; i < kDotCols; ++i) b[i] = t.b + (i < t.cols ? i : 0) * t.ldb;
+  __m256 acc[kDotRows * kDotCols];
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + kLanes <= t.k; j += kLanes) dot_step(acc, a, b, j, [](const float* p) { return _mm256_loadu_ps(p); });
+  if (j < t.k) {
+    const __m256i last = lane_mask(t.k - j);
+    dot_step(acc, a, b, j, [&](const float* p) { return _mm256_maskload_ps(p, last); });
+  }
+  // hadd(hadd(acc i, i+1), hadd(acc i+2, i+3)) holds those four sums' halves in its 128-bit lanes.
+  alignas(16) float sum[12];  // [3 * r + c]
+#pragma GCC unroll 3
+  for (int i = 0; i < 12; i += 4) {
+    const __m256 g = _mm256_hadd_ps(_mm256_hadd_ps(acc[i], acc[i + 1]), _mm256_hadd_ps(acc[i + 2], acc[i + 3]));
+    _mm_store_ps(sum + i, _mm_add_ps(_mm256_castps256_ps128(g), _mm256_extractf128_ps(g, 1)));
+  }
+  for (int64_t r = 0; r < t.rows; ++r) {
+    for (int64_t c = 0; c < t.cols; ++c) {
+      float& out = t.c[r * t.ldc + c];
+      out = t.accumulate ? out + sum[3 * r + c] : sum[3 * r + c];
+    }
+  }
+}
+
 }  // namespace
 
 void transpose_avx2(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride) {
@@ -99,6 +151,6 @@ void transpose_avx2(const float* src, int64_t src_stride, int64_t m, int64_t n, 
   }
 }
 
-extern const F32Gemm kGemmAvx2 = {kRows, 3 * kLanes, tile_entry, transpose_avx2};
+extern const F32Gemm kGemmAvx2 = {kRows, 3 * kLanes, tile_entry, transpose_avx2, kDotRows, kDotCols, dot_tile};
 
 }  // namespace demi::backend::cpu::isa

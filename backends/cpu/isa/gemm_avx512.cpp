@@ -1,6 +1,7 @@
 // The packed fp32 GEMM tile on AVX-512F (compiled with -mavx512f ...): 8 rows x 48 columns, 24 zmm
 // accumulators, masked column edges and narrower tiles (32, 16) for the last columns, so that a
 // 64-wide row does not run as two 48-wide tiles. Runs at ~96% of a core's FMA peak in isolation.
+// Also the 4 x 4 dot tile (isa.h) for products of two k-contiguous operands.
 #include <immintrin.h>
 
 #include "backends/cpu/isa/isa.h"
@@ -62,8 +63,75 @@ void tile_entry(const F32TileArgs& t) {
   }
 }
 
+// The dot tile: a 4 x 4 block of C as 16 accumulators of 16 partial sums along k, which one
+// shuffle tree (15 steps of two shuffles and an add) folds into one vector of the 16 sums at the
+// end. Rows past `rows` (columns past `cols`) read row 0 again and are dropped.
+constexpr int64_t kDotRows = 4, kDotCols = 4;  // 16 accumulators
+
+// One step of k (16 values, lanes past `m` zero) for the block: acc[4 * r + c] += a[r] * b[c].
+// Inlined into dot_tile with acc in its registers (a lambda capturing acc kept it on the stack).
+[[gnu::always_inline]] inline void dot_step(__m512 (&acc)[16], const float* const (&a)[kDotRows],
+                                            const float* const (&b)[kDotCols], int64_t j, __mmask16 m) {
+  __m512 av[kDotRows];
+#pragma GCC unroll 4
+  for (int r = 0; r < kDotRows; ++r) av[r] = _mm512_maskz_loadu_ps(m, a[r] + j);
+#pragma GCC unroll 4
+  for (int c = 0; c < kDotCols; ++c) {
+    const __m512 bv = _mm512_maskz_loadu_ps(m, b[c] + j);
+#pragma GCC unroll 4
+    for (int r = 0; r < kDotRows; ++r) acc[kDotCols * r + c] = _mm512_fmadd_ps(av[r], bv, acc[kDotCols * r + c]);
+  }
+}
+
+// Lane 4 q + e of the result = the 16 lanes of acc[4 e + q] added up.
+[[gnu::always_inline]] inline __m512 fold16(const __m512 (&acc)[16]) {
+  __m512 s8[8], s4[4], s2[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {  // 128-bit blocks: [acc 2i: 0+2, 1+3 | acc 2i+1: 0+2, 1+3]
+    const __m512 a = acc[2 * i], b = acc[2 * i + 1];
+    s8[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                          _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {  // block q: 4 partial sums of acc 4i + q
+    const __m512 a = s8[2 * i], b = s8[2 * i + 1];
+    s4[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {  // block q: 2 partial sums of acc 8i + q, then 2 of acc 8i + 4 + q
+    const __m512 a = s4[2 * i], b = s4[2 * i + 1];
+    s2[i] = _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // block q: the sums of acc q, 4 + q, 8 + q, 12 + q
+  return _mm512_add_ps(_mm512_shuffle_ps(s2[0], s2[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(s2[0], s2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+void dot_tile(const F32DotArgs& t) {
+  const float* a[kDotRows];
+  const float* b[kDotCols];
+  for (int64_t i = 0; i < kDotRows; ++i) a[i] = t.a + (i < t.rows ? i : 0) * t.lda;
+  for (int64_t i = 0; i < kDotCols; ++i) b[i] = t.b + (i < t.cols ? i : 0) * t.ldb;
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= t.k; j += 16) dot_step(acc, a, b, j, 0xffff);
+  if (j < t.k) dot_step(acc, a, b, j, lane_mask(t.k - j));
+  alignas(64) float sum[16];
+  _mm512_store_ps(sum, fold16(acc));
+  for (int64_t r = 0; r < t.rows; ++r) {
+    for (int64_t c = 0; c < t.cols; ++c) {
+      float& out = t.c[r * t.ldc + c];
+      const float value = sum[4 * c + r];  // acc[4 r + c]'s sum (fold16)
+      out = t.accumulate ? out + value : value;
+    }
+  }
+}
+
 }  // namespace
 
-extern const F32Gemm kGemmAvx512 = {kRows, 48, tile_entry, transpose_avx2};
+extern const F32Gemm kGemmAvx512 = {kRows, 48, tile_entry, transpose_avx2, kDotRows, kDotCols, dot_tile};
 
 }  // namespace demi::backend::cpu::isa

@@ -8,7 +8,7 @@
 namespace demi::backend::cpu::isa {
 namespace {
 
-constexpr int64_t kMr = 8, kNr = 16;         // fp32 tile
+constexpr int64_t kMr = 8, kNr = 16;         // fp32 tile (the dot tile takes any block: 4 x 4)
 constexpr int64_t kBfMr = 16, kBfNr = 16;    // bf16 tile
 
 void f32_tile(const F32TileArgs& t) {
@@ -33,6 +33,17 @@ void f32_tile(const F32TileArgs& t) {
 void transpose(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride) {
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) dst[j * dst_stride + i] = src[i * src_stride + j];
+  }
+}
+
+void dot_tile(const F32DotArgs& t) {
+  for (int64_t r = 0; r < t.rows; ++r) {
+    for (int64_t c = 0; c < t.cols; ++c) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < t.k; ++j) sum += t.a[r * t.lda + j] * t.b[c * t.ldb + j];
+      float& out = t.c[r * t.ldc + c];
+      out = t.accumulate ? out + sum : sum;
+    }
   }
 }
 
@@ -76,7 +87,7 @@ void bf16_tile(const Bf16TileArgs& t) {
 
 }  // namespace
 
-extern const F32Gemm kGemmScalar = {kMr, kNr, f32_tile, transpose};
+extern const F32Gemm kGemmScalar = {kMr, kNr, f32_tile, transpose, 4, 4, dot_tile};
 extern const Bf16Gemm kBf16Scalar = {kBfMr, kBfNr, 32, nullptr, bf16_tile};
 
 }  // namespace demi::backend::cpu::isa

@@ -29,12 +29,29 @@ struct F32TileArgs {
   const float* init;
   bool accumulate;
 };
+// The fp32 "dot" tile (packed_gemm::gemm_nt): one block of C (rows <= dr, cols <= dc valid) =
+// sum over k of A[r][k] B[c][k], or C += that with `accumulate`, where both operands keep k
+// contiguous (row r of A at a + r * lda, row c of B at b + c * ldb; no packing). Backward-weight's
+// products have this shape (Winograd's V Z^T, im2col's col grad_y^T): the tile above needs one of
+// them transposed, which took a quarter of a 3x3 layer's backward-weight.
+struct F32DotArgs {
+  const float* a;
+  int64_t lda;
+  const float* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  int64_t k, rows, cols;
+  bool accumulate;
+};
 struct F32Gemm {
   int64_t mr, nr;  // rows of A per packed panel, widest column tile
   void (*tile)(const F32TileArgs& args);
   // dst[j * dst_stride + i] = src[i * src_stride + j] for an m x n src (also moves 32-bit pairs of
   // bf16 values: the entries only move bits).
   void (*transpose)(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride);
+  int64_t dr, dc;  // rows and columns of the dot tile's block
+  void (*dot_tile)(const F32DotArgs& args);
 };
 
 // Winograd F(2x2, 3x3) transforms (winograd.h has the layouts). `lanes` is the vector width in

@@ -53,6 +53,11 @@ const Case kCases[] = {
     {"winograd_image_groups_and_remainder", 5, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, true},
     {"winograd_7x7_lane_groups_and_remainders", 11, 16, 7, 7, 18, 3, 3, 1, 1, 1, 1, true},
     {"winograd_4x4_eight_images_a_vector", 19, 16, 4, 4, 16, 3, 3, 1, 1, 1, 1, false},
+    // Backward-weight's products (conv2d.cpp, grad_weight_product): the ones above are small enough
+    // for the dot tile; these two are wide enough for the packed tile (Winograd's 64 x 128, and
+    // im2col's 144 x 66 in groups of images).
+    {"winograd_wide_product", 2, 64, 8, 8, 128, 3, 3, 1, 1, 1, 1, true},
+    {"k3_stride2_wide_product_groups", 5, 16, 9, 9, 66, 3, 3, 2, 2, 1, 1, true},
     // The bf16 tile's implicit GEMM (stride 1, padding below the kernel, >= 16 channels summed):
     // channels past one block of 32 and odd, non-square kernels and paddings, no padding, 1x1, a
     // one-row image, planes in groups of images with a remainder.

@@ -159,6 +159,39 @@ TEST_P(IsaKernels, F32TileMatchesAnFp64Reference) {
   }
 }
 
+TEST_P(IsaKernels, F32DotTileMatchesAnFp64Reference) {
+  const F32Gemm& g = t().gemm;
+  std::mt19937 rng(5);
+  // k: one partial vector, whole vectors, whole vectors and a tail.
+  for (int64_t k : {3, 32, 77}) {
+    for (int64_t rows : {int64_t{1}, g.dr}) {
+      for (int64_t cols : {int64_t{1}, g.dc - 1, g.dc}) {
+        if (cols < 1) continue;
+        for (bool accumulate : {false, true}) {
+          SCOPED_TRACE("k=" + std::to_string(k) + " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
+                       (accumulate ? " accumulate" : ""));
+          const int64_t lda = k + 3, ldb = k + 5, ldc = g.dc + 2;
+          // Only the valid rows exist: a tile that read past them would fault under the sanitizers.
+          const std::vector<float> a = random_floats(rng, (rows - 1) * lda + k), b = random_floats(rng, (cols - 1) * ldb + k);
+          std::vector<float> c = random_floats(rng, g.dr * ldc);
+          const std::vector<float> c0 = c;
+          g.dot_tile({a.data(), lda, b.data(), ldb, c.data(), ldc, k, rows, cols, accumulate});
+          for (int64_t r = 0; r < g.dr; ++r) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              double ref = c0[r * ldc + j];
+              if (r < rows && j < cols) {
+                ref = accumulate ? ref : 0.0;
+                for (int64_t p = 0; p < k; ++p) ref += double(a[r * lda + p]) * b[j * ldb + p];
+              }
+              ASSERT_NEAR(c[r * ldc + j], ref, 1e-5 * std::sqrt(double(k)) + 1e-6) << "C[" << r << "][" << j << "]";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(IsaKernels, TransposeMatchesTheOracleBitForBit) {
   std::mt19937 rng(4);
   for (int64_t m : {3, 8, 21}) {
