@@ -181,11 +181,13 @@ BENCHMARK_CAPTURE(BM_ConvAirNet, f32, DType::F32)->UseRealTime()->MeasureProcess
 BENCHMARK_CAPTURE(BM_ConvAirNet, bf16, DType::BF16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
 // SmallCNN's 2x2 max-pools at batch 128 (inputs [128, C, HW, HW]), forward and backward: GB/s of
-// the input (forward reads it, backward writes its gradient).
+// the input (forward reads it, backward writes its gradient). BM_MaxPool also runs AirNet's, whose
+// planes have odd sizes (pools 3-5).
 constexpr ConvShape kSmallCnnPools[] = {{32, 32, 32}, {64, 64, 16}, {128, 128, 8}};
+constexpr ConvShape kPools[] = {{32, 32, 32}, {64, 64, 16}, {128, 128, 8}, {64, 64, 31}, {256, 256, 15}, {256, 256, 7}};
 
 void BM_MaxPool(benchmark::State& state, DType dtype, Pass pass) {
-  const ConvShape& s = kSmallCnnPools[state.range(0)];
+  const ConvShape& s = kPools[state.range(0)];
   Buffer x(dtype, {kBatch, s.c, s.hw, s.hw}), y(dtype, {kBatch, s.c, s.hw / 2, s.hw / 2});
   Buffer idx(DType::U8, {kBatch, s.c, s.hw / 2, s.hw / 2});
   Pool2dArgs args;
@@ -205,10 +207,10 @@ void BM_MaxPool(benchmark::State& state, DType dtype, Pass pass) {
   state.counters["GB/s"] = benchmark::Counter(double(x.ref().numel()) * dtype_size(dtype) / 1e9,
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK_CAPTURE(BM_MaxPool, f32, DType::F32, Pass::Forward)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MaxPool, bf16, DType::BF16, Pass::Forward)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MaxPool, f32_backward, DType::F32, Pass::BackwardData)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MaxPool, bf16_backward, DType::BF16, Pass::BackwardData)->ArgName("pool")->DenseRange(0, std::size(kSmallCnnPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPool, f32, DType::F32, Pass::Forward)->ArgName("pool")->DenseRange(0, std::size(kPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPool, bf16, DType::BF16, Pass::Forward)->ArgName("pool")->DenseRange(0, std::size(kPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPool, f32_backward, DType::F32, Pass::BackwardData)->ArgName("pool")->DenseRange(0, std::size(kPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPool, bf16_backward, DType::BF16, Pass::BackwardData)->ArgName("pool")->DenseRange(0, std::size(kPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
 // SmallCNN's batch norms at batch 128 (the max-pools' inputs: [128, C, HW, HW]), training forward
 // and backward (grad_input, grad_weight, grad_bias): GB/s of x (and grad_y) read once.
