@@ -48,6 +48,8 @@ CpuFeatures detect_features() {
   CpuFeatures f;
 #if defined(__x86_64__)
   unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
+  f.amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "Auth" "enti" "cAMD"
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   f.fma = c & (1u << 12);
   f.f16c = c & (1u << 29);
@@ -138,24 +140,21 @@ struct Registry {
   Registry() {
     for (int i = 0; i < kNumLevels; ++i) missing[i] = missing_features(static_cast<Level>(i), features);
     auto add = [this](Level level, const F32Gemm& gemm, const Winograd& winograd, const Convert& convert,
-                      const Gelu& gelu, const Bf16Gemm& bf16, Bf16Route route) {
+                      const Gelu& gelu, const Bf16Gemm& bf16) {
       const int i = static_cast<int>(level);
-      tables[i] = Table{level, kNames[i], gemm, winograd, convert, gelu, bf16, route};
+      tables[i] = Table{level, kNames[i], gemm, winograd, convert, gelu, bf16, preferred_bf16_route(level, features)};
     };
     constexpr Bf16Gemm kNoBf16{0, 0, 0, nullptr, nullptr};
-    add(Level::Scalar, kGemmScalar, kWinogradScalar, kConvertScalar, kGeluScalar, kBf16Scalar, Bf16Route::Everything);
+    add(Level::Scalar, kGemmScalar, kWinogradScalar, kConvertScalar, kGeluScalar, kBf16Scalar);
 #if defined(DEMI_ISA_X86)
-    add(Level::Avx2, kGemmAvx2, kWinogradAvx2, kConvertAvx2, kGeluAvx2, kNoBf16, Bf16Route::Widen);
-    add(Level::Avx512, kGemmAvx512, kWinogradAvx512, kConvertAvx512, kGeluAvx512, kNoBf16, Bf16Route::Widen);
+    add(Level::Avx2, kGemmAvx2, kWinogradAvx2, kConvertAvx2, kGeluAvx2, kNoBf16);
+    add(Level::Avx512, kGemmAvx512, kWinogradAvx512, kConvertAvx512, kGeluAvx512, kNoBf16);
 #endif
 #if defined(DEMI_ISA_AVX512BF16)
-    // vdpbf16ps measured slower than the fp32 tile and Eigen on an Emerald Rapids core (1024^3 GEMM
-    // 84 vs 138 GFLOP/s; docs/BENCHMARKS.md): its tile stays tested, bf16 is widened. Where it is
-    // faster (AMD Zen 4 runs it at the FMA rate, twice the multiplies), Bf16Route::NonWinograd.
-    add(Level::Avx512Bf16, kGemmAvx512, kWinogradAvx512, kConvertAvx512, kGeluAvx512, kBf16Avx512Bf16, Bf16Route::Widen);
+    add(Level::Avx512Bf16, kGemmAvx512, kWinogradAvx512, kConvertAvx512, kGeluAvx512, kBf16Avx512Bf16);
 #endif
 #if defined(DEMI_ISA_AMX)
-    add(Level::Amx, kGemmAvx512, kWinogradAvx512, kConvertAvx512, kGeluAvx512, kBf16Amx, Bf16Route::Everything);
+    add(Level::Amx, kGemmAvx512, kWinogradAvx512, kConvertAvx512, kGeluAvx512, kBf16Amx);
 #endif
     (void)kNoBf16;
   }
@@ -185,7 +184,13 @@ void check_baseline(const Registry& r) {
 const Table& choose() {
   const Registry& r = registry();
   check_baseline(r);
-  return r.tables[static_cast<int>(resolve_level(std::getenv("DEMI_CPU_ISA"), r.missing))];
+  const Table& level = r.tables[static_cast<int>(resolve_level(std::getenv("DEMI_CPU_ISA"), r.missing))];
+  const char* route = std::getenv("DEMI_CPU_BF16_ROUTE");
+  if (route == nullptr || *route == '\0') return level;
+  static Table overridden;  // choose() runs once (active()'s static)
+  overridden = level;
+  overridden.bf16_route = resolve_bf16_route(route, level.level, level.bf16.tile != nullptr, level.bf16_route);
+  return overridden;
 }
 
 std::atomic<const Table*> testing_override{nullptr};
@@ -209,6 +214,36 @@ Level resolve_level(const char* requested, const std::string (&missing)[kNumLeve
   }
   DEMI_THROW("DEMI_CPU_ISA='", requested, "' is not an ISA level; use one of ", all_names(),
              " (or leave it unset for the best this CPU supports)");
+}
+
+Bf16Route preferred_bf16_route(Level level, const CpuFeatures& f) {
+  switch (level) {
+    case Level::Scalar:  // the oracle: every bf16 path runs on it in the tests
+    case Level::Amx:     // 2x-7x the fp32 tile, 3x3 convolutions included
+      return Bf16Route::Everything;
+    case Level::Avx512Bf16:
+      // An Emerald Rapids core issues one vdpbf16ps where it issues two FMAs: its 1024^3 GEMM ran at
+      // 84 GFLOP/s against fp32's 138, so bf16 is widened there. AMD's Zen 4 issues it at the FMA
+      // rate, twice the multiplies: 310-345 against 146-159 GFLOP/s, and every convolution layer and
+      // pass of both nets faster than fp32 Winograd (docs/BENCHMARKS.md).
+      return f.amd ? Bf16Route::Everything : Bf16Route::Widen;
+    default:
+      return Bf16Route::Widen;  // no bf16 tile
+  }
+}
+
+Bf16Route resolve_bf16_route(const char* requested, Level level, bool has_tile, Bf16Route preferred) {
+  if (requested == nullptr || *requested == '\0') return preferred;
+  constexpr const char* kRoutes[] = {"widen", "non_winograd", "everything"};
+  for (int i = 0; i < 3; ++i) {
+    if (std::strcmp(requested, kRoutes[i]) != 0) continue;
+    const auto route = static_cast<Bf16Route>(i);
+    DEMI_CHECK(route == Bf16Route::Widen || has_tile, "DEMI_CPU_BF16_ROUTE=", requested, ": the ISA level ",
+               kNames[static_cast<int>(level)], " has no bf16 tile (avx512_bf16 and amx have one); use widen");
+    return route;
+  }
+  DEMI_THROW("DEMI_CPU_BF16_ROUTE='", requested,
+             "' is not a bf16 route; use widen, non_winograd or everything (or leave it unset)");
 }
 
 const Table* table(Level level, const char** missing) {

@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false, os_avx = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, os_avx512 = false;
   bool avx512_bf16 = false;
+  bool amd = false;  // vendor AuthenticAMD: Zen 4 and later run vdpbf16ps at the FMA rate
   bool amx_tile = false, amx_bf16 = false, os_amx = false, amx_permitted = false;
 };
 
@@ -23,5 +24,12 @@ std::string missing_features(Level level, const CpuFeatures& features);
 // The level DEMI_CPU_ISA=`requested` selects (nullptr or "": the highest usable one), given what each
 // level misses. Throws demi::Error for an unknown name or a level that misses something.
 Level resolve_level(const char* requested, const std::string (&missing)[kNumLevels]);
+// Which bf16 GEMMs take `level`'s bf16 tile on a CPU with `features` (isa::Bf16Route), as measured
+// (docs/BENCHMARKS.md).
+Bf16Route preferred_bf16_route(Level level, const CpuFeatures& features);
+// The route in use: `preferred` unless DEMI_CPU_BF16_ROUTE=`requested` (widen, non_winograd or
+// everything) overrides it, for A/B runs. Throws demi::Error for an unknown name, or a route other
+// than widen on a level without a bf16 tile.
+Bf16Route resolve_bf16_route(const char* requested, Level level, bool has_tile, Bf16Route preferred);
 
 }  // namespace demi::backend::cpu::isa

@@ -112,6 +112,37 @@ TEST(IsaSelect, ALevelTheCpuLacksCannotBeMadeActive) {
   }
 }
 
+TEST(IsaSelect, Bf16TakesTheTileOnlyWhereItWasMeasuredFaster) {
+  CpuFeatures intel, amd;
+  amd.amd = true;
+  EXPECT_EQ(preferred_bf16_route(Level::Avx512Bf16, intel), Bf16Route::Widen) << "vdpbf16ps at half the FMA rate";
+  EXPECT_EQ(preferred_bf16_route(Level::Avx512Bf16, amd), Bf16Route::Everything) << "Zen 4: vdpbf16ps at the FMA rate";
+  for (const CpuFeatures& f : {intel, amd}) {
+    EXPECT_EQ(preferred_bf16_route(Level::Avx2, f), Bf16Route::Widen);
+    EXPECT_EQ(preferred_bf16_route(Level::Avx512, f), Bf16Route::Widen);
+    EXPECT_EQ(preferred_bf16_route(Level::Amx, f), Bf16Route::Everything);
+    EXPECT_EQ(preferred_bf16_route(Level::Scalar, f), Bf16Route::Everything) << "the oracle runs every bf16 path";
+  }
+  for (Level level : demi_test::isa_levels()) {
+    if (const Table* t = table(level); t && !t->bf16.tile) {
+      EXPECT_EQ(t->bf16_route, Bf16Route::Widen) << level_name(level);
+    }
+  }
+}
+
+TEST(IsaSelect, Bf16RouteOverrideIsCheckedByName) {
+  EXPECT_EQ(resolve_bf16_route(nullptr, Level::Avx512Bf16, true, Bf16Route::NonWinograd), Bf16Route::NonWinograd);
+  EXPECT_EQ(resolve_bf16_route("", Level::Amx, true, Bf16Route::Everything), Bf16Route::Everything);
+  EXPECT_EQ(resolve_bf16_route("widen", Level::Amx, true, Bf16Route::Everything), Bf16Route::Widen);
+  EXPECT_EQ(resolve_bf16_route("non_winograd", Level::Avx512Bf16, true, Bf16Route::Widen), Bf16Route::NonWinograd);
+  EXPECT_EQ(resolve_bf16_route("everything", Level::Avx512Bf16, true, Bf16Route::Widen), Bf16Route::Everything);
+  EXPECT_EQ(resolve_bf16_route("widen", Level::Avx2, false, Bf16Route::Widen), Bf16Route::Widen);
+  std::string msg = error_of([] { resolve_bf16_route("everything", Level::Avx2, false, Bf16Route::Widen); });
+  EXPECT_NE(msg.find("the ISA level avx2 has no bf16 tile"), std::string::npos) << msg;
+  msg = error_of([] { resolve_bf16_route("fast", Level::Amx, true, Bf16Route::Everything); });
+  EXPECT_NE(msg.find("DEMI_CPU_BF16_ROUTE='fast' is not a bf16 route"), std::string::npos) << msg;
+}
+
 // ---- every level's entries against the scalar table ----
 
 class IsaKernels : public IsaFixture<Level> {
