@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/isa/isa.h"
 #include "backends/kernels.h"
 
 namespace demi::backend {
@@ -77,6 +78,30 @@ void BM_GemmEigen(benchmark::State& state) {
   state.counters["eigen_threads"] = Eigen::nbThreads();
 }
 
+// The level's bf16 tile alone, one thread, on operands that stay in L1 (k = 256): the rate the
+// convolutions' GEMMs would reach without their packing and memory traffic (GFLOP/s per core).
+void BM_Bf16TileInCache(benchmark::State& state) {
+  namespace isa = demi::backend::cpu::isa;
+  const isa::Table& level = isa::active();
+  const isa::Bf16Gemm& t = level.bf16;
+  if (!t.tile || level.bf16_route == isa::Bf16Route::Widen) {
+    state.SkipWithError((std::string("level ") + level.name + " widens bf16 (no bf16 tile in use)").c_str());
+    return;
+  }
+  const int64_t kp = 256;
+  std::vector<uint16_t> a(t.mr * kp, 0x3f80), b(kp / 2 * 2 * t.nr, 0x3f80);  // bf16 1.0
+  std::vector<float> c(t.mr * t.nr);
+  const isa::Bf16TileArgs args{a.data(), kp, b.data(), 2 * t.nr, c.data(), t.nr, kp, t.mr, t.nr,
+                               nullptr, false, 1, nullptr, nullptr};
+  if (t.prepare) t.prepare();
+  for (auto _ : state) {
+    for (int i = 0; i < 100; ++i) t.tile(args);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(100 * 2.0 * t.mr * t.nr * kp / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_Bf16TileInCache)->ComputeStatistics("max", max_of)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmEigen)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GemmDemi, f32, DType::F32)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GemmDemi, f16, DType::F16)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
