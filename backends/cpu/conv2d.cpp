@@ -549,7 +549,7 @@ void backward_weight_packed(const Conv2dArgs& a, const ConvGeom& g, float* parti
 // operands stay bf16 (each product exact in fp32), sums are fp32 and the output is rounded once.
 // im2col writes bf16 columns, half the bytes of fp32 ones, and packing them into pairs of k rows
 // (packed_gemm.h) is one more pass over them. Which convolutions take this path is the level's
-// isa::Bf16Route (3x3 ones only where the tile beats fp32 Winograd: AMX).
+// isa::Bf16Route (3x3 ones only where the tile beats fp32 Winograd: AMX, and Zen 4's vdpbf16ps).
 using BF16 = Eigen::bfloat16;
 namespace bf = packed_gemm_bf16;
 

@@ -1,7 +1,7 @@
 // The forward and backward-data passes of bf16 stride-1 convolutions as implicit GEMMs on the ISA
 // level's bf16 tile: no im2col and no col2im. conv2d.cpp sends a bf16 convolution here when its
-// level routes convolutions to the bf16 tile (AMX; the scalar level, for tests) and `takes` says
-// yes; conv2d_implicit.cpp has the layouts.
+// level routes convolutions to the bf16 tile (AMX, AVX512_BF16 on AMD; the scalar level, for tests)
+// and `takes` says yes; conv2d_implicit.cpp has the layouts.
 #pragma once
 
 #include <cstdint>

@@ -128,12 +128,13 @@ struct Bf16Gemm {
 
 // Which bf16 GEMMs take the bf16 tile; the others widen bf16 into the fp32 tile (or Eigen's GEMM).
 // Winograd's 3x3 convolutions do 2.25x fewer multiplies in fp32, and their transformed operands are
-// not bf16 values (rounding them would add a rounding the half contract does not allow), so only a
-// tile well over 2.25x the fp32 rate (AMX) takes them as direct GEMMs.
+// not bf16 values (rounding them would add a rounding the half contract does not allow), so the
+// direct bf16 GEMM must beat fp32 Winograd, transforms included: AMX does by far, and so does Zen
+// 4's vdpbf16ps at twice the fp32 rate (docs/BENCHMARKS.md).
 enum class Bf16Route {
   Widen,        // the tile is not faster than fp32 here (measured: docs/BENCHMARKS.md)
   NonWinograd,  // matmul, linear and the convolutions Winograd does not take
-  Everything,   // every bf16 GEMM and convolution (AMX; and `scalar`, to test the bf16 walk)
+  Everything,   // every bf16 GEMM and convolution (AMX, vdpbf16ps on AMD; `scalar`, to test the walk)
 };
 
 struct Table {
