@@ -234,7 +234,7 @@ Bf16Route preferred_bf16_route(Level level, const CpuFeatures& f) {
 
 Bf16Route resolve_bf16_route(const char* requested, Level level, bool has_tile, Bf16Route preferred) {
   if (requested == nullptr || *requested == '\0') return preferred;
-  constexpr const char* kRoutes[] = {"widen", "non_winograd", "everything"};
+  constexpr const char* kRoutes[] = {"widen", "non_winograd", "everything"};  // in Bf16Route's order
   for (int i = 0; i < 3; ++i) {
     if (std::strcmp(requested, kRoutes[i]) != 0) continue;
     const auto route = static_cast<Bf16Route>(i);
