@@ -9,6 +9,11 @@
 // image, on zeros past the group). Outputs are computed for every position up to the group's last
 // valid one; those on padding are computed and dropped (the price: plane / (oh * ow) more
 // multiplies; with padding 1, 1.07x on 32x32 planes, 1.14x on 15x15, 1.31x on 7x7).
+// Small planes, where that price is high (7x7, 3x3), gather each strip of the tile's columns from
+// the padded pairs at the output positions only, then run the tile on the strip: B is written once
+// more, but neither im2col's matrix nor its packing into pairs nor (backward-data) col2im's fp32
+// columns. Against im2col on Zen 4, AirNet's 7x7 layers ran 5-12% faster and its 3x3 one 30-40%
+// (forward and backward-data, 2026-12-02).
 //
 // forward: C[o][q] = sum over taps t and channels c of W[o][c][t] x[c][q + offset(t)], with x in
 // pairs of channels per 32-bit word (the tile's B layout, isa.h) and W in rows [tap][channel].
@@ -108,36 +113,74 @@ const uint16_t* pack_taps(int64_t rows, int64_t ks, int64_t taps, int64_t cpad, 
   return a;
 }
 
+// Whether the tile runs on the padded grid itself, rather than on gathered strips: computing the
+// grid costs outs * plane per image, gathering costs outs * outputs plus the gather, which on Zen 4
+// cost as much as about kGatherCost more output channels (it writes every column's k values once,
+// the tile reads them outs / mr times). Measured there, 2026-12-02, ms of AirNet's and SmallCNN's
+// layers on the grid against gathered: 7x7 with 256 outputs 24 vs 21, 3x3 with 256 7.2 vs 4.4,
+// 8x8 with 64 4.1 vs 4.7, 15x15 with 64 6.9 vs 9.3 (the rule agrees with all four). On AMX, whose
+// tile is several times faster, the gather weighs more: unmeasured.
+constexpr int64_t kGatherCost = 48;
+bool on_grid(const Grid& gd, int64_t outs) {
+  return gd.plane() * outs <= gd.oh() * gd.ow() * (outs + kGatherCost);
+}
+
 // out (n images of outs channels, gd.oh() x gd.ow()) = in (n images of ins channels, gd.h x gd.w)
 // convolved with A (pack_taps, outs rows, cpad = bf::k_padded(ins)) + bias, rounded once to bf16
-// by the tile itself (no fp32 C in memory).
+// by the tile itself (no fp32 C in memory). On the grid (on_grid), the tile reads the padded pairs
+// at each tap's offset; otherwise each strip of the tile's columns is gathered from them first, so
+// that only output positions are computed, at the price of writing B once per strip.
 void convolve(const uint16_t* in, int64_t n, int64_t ins, const Grid& gd, const uint16_t* a, int64_t outs,
               const float* bias, uint16_t* out) {
   const isa::Bf16Gemm& t = isa::active().bf16;
   const int64_t cpad = bf::k_padded(ins), taps = gd.taps(), lda = taps * cpad, plane = gd.plane();
-  const int64_t oh = gd.oh(), ow = gd.ow(), wp = gd.wp();
-  std::vector<int64_t> offsets(taps);  // in bf16 elements: two per position
-  for (int64_t tap = 0; tap < taps; ++tap) offsets[tap] = 2 * gd.offset(tap);
-  const Walk wk{balanced_group(n, ceil_div(kMinColumns, plane), available_threads()), 0};
+  const int64_t oh = gd.oh(), ow = gd.ow(), wp = gd.wp(), outputs = oh * ow;
+  const bool grid = on_grid(gd, outs);
+  std::vector<int64_t> offsets(taps);  // in positions (32-bit words of pairs)
+  for (int64_t tap = 0; tap < taps; ++tap) offsets[tap] = gd.offset(tap);
+  std::vector<int64_t> b_offsets(taps);  // the same in bf16 elements, for the tile
+  for (int64_t tap = 0; tap < taps; ++tap) b_offsets[tap] = 2 * offsets[tap];
+  const int64_t per_group = grid ? plane : outputs;
+  const Walk wk{balanced_group(n, ceil_div(kMinColumns, per_group), available_threads()), 0};
   for_each_group(n, wk, 0, [&](int64_t i0, int64_t ni) {
-    // Tiles read up to nr - 1 positions past the last column, plus the largest offset.
-    const int64_t cols = gd.columns(ni), ldc = bf::n_padded(cols), stride = ldc + gd.max_offset();
+    // Grid positions up to the last output, then the tiles' reads past it: up to nr - 1 positions
+    // (on the grid) plus the largest offset.
+    const int64_t cols = grid ? gd.columns(ni) : ni * outputs, ldc = bf::n_padded(cols);
+    const int64_t stride = bf::n_padded(gd.columns(ni)) + gd.max_offset();
     uint32_t* pairs = thread_scratch<uint32_t>(kSlotCol, cpad / 2 * stride);
     uint16_t* c = thread_scratch<uint16_t>(kSlotImage, outs * ldc);  // C rounded to bf16 by the tile
+    uint32_t* strip = grid ? nullptr : thread_scratch<uint32_t>(kSlotPackedCol, lda / 2 * t.nr);
     to_pairs(in, ins, i0, ni, gd, cpad, stride, pairs);
-    const uint16_t* b = reinterpret_cast<const uint16_t*>(pairs);
     if (t.prepare) t.prepare();
+    std::vector<int32_t> at(t.nr);
     for (int64_t col = 0; col < cols; col += t.nr) {
+      const int64_t count = std::min(t.nr, cols - col);
+      const uint16_t* b = reinterpret_cast<const uint16_t*>(pairs) + 2 * col;
+      int64_t ldb = 2 * stride, kp = cpad, tile_taps = taps;
+      if (!grid) {  // compact column q is image q / outputs's output (oy, ox)
+        for (int64_t j = 0; j < t.nr; ++j) {
+          const int64_t q = col + std::min(j, count - 1), r = q % outputs;
+          at[j] = static_cast<int32_t>(q / outputs * plane + r / ow * wp + r % ow);
+        }
+        // One channel pair's rows for every tap at a time: its few cache lines serve all the taps.
+        for (int64_t c2 = 0; c2 < cpad / 2; ++c2) {
+          t.gather_taps(pairs + c2 * stride, offsets.data(), taps, at.data(), t.nr, strip + c2 * t.nr, cpad / 2 * t.nr);
+        }
+        b = reinterpret_cast<const uint16_t*>(strip), ldb = 2 * t.nr, kp = lda, tile_taps = 1;
+      }
       for (int64_t p = 0; p < outs; p += t.mr) {
-        t.tile({a + p * lda, lda, b + 2 * col, 2 * stride, nullptr, ldc, cpad, std::min(t.mr, outs - p),
-                std::min(t.nr, cols - col), bias ? bias + p : nullptr, false, taps, offsets.data(), c + p * ldc + col});
+        t.tile({a + p * lda, lda, b, ldb, nullptr, ldc, kp, std::min(t.mr, outs - p), count,
+                bias ? bias + p : nullptr, false, tile_taps, grid ? b_offsets.data() : nullptr, c + p * ldc + col});
       }
     }
     for (int64_t i = 0; i < ni; ++i) {
       for (int64_t o = 0; o < outs; ++o) {
-        for (int64_t oy = 0; oy < oh; ++oy) {
-          std::copy_n(c + o * ldc + i * plane + oy * wp, ow, out + (((i0 + i) * outs + o) * oh + oy) * ow);
+        uint16_t* dst = out + ((i0 + i) * outs + o) * outputs;
+        if (!grid) {
+          std::copy_n(c + o * ldc + i * outputs, outputs, dst);
+          continue;
         }
+        for (int64_t oy = 0; oy < oh; ++oy) std::copy_n(c + o * ldc + i * plane + oy * wp, ow, dst + oy * ow);
       }
     }
   });
@@ -154,11 +197,6 @@ bool takes(const ConvGeom& g) {
     return !(env && std::strcmp(env, "0") == 0);
   }();
   if (!enabled || g.sh != 1 || g.sw != 1 || g.ph >= g.kh || g.pw >= g.kw) return false;
-  // The tile runs at the same rate on padding as on pixels: keep the planes where at least 5/6 of the
-  // padded grid is output (with padding 1: 32x32 94%, 15x15 88%; 8x8 79% and 7x7 77% ran 0-10%
-  // slower than im2col on Zen 4's vdpbf16ps tile, 2026-12-02).
-  const Grid gd{g.h, g.w, g.ph, g.pw, g.kh, g.kw};
-  if (6 * g.oh * g.ow < 5 * gd.plane()) return false;
   // Channels go through the tile in blocks of 32 (AMX's k): a block of 3 would be mostly zeros.
   return g.c >= 16 && g.o >= 16;
 }

@@ -11,8 +11,8 @@
 namespace demi::backend::cpu::conv2d_implicit {
 
 // Stride 1, padding below the kernel (so that backward-data is a convolution with padding k - 1 - p),
-// planes that are mostly output rather than padding, and 16 or more channels each way (the tile takes
-// channels in blocks of 32 on AMX; a block of 3 would be mostly zeros).
+// and 16 or more channels each way (the tile takes channels in blocks of 32 on AMX; a block of 3
+// would be mostly zeros).
 bool takes(const ConvGeom& g);
 
 // output = input * weight + bias (bias: o fp32 values, or nullptr), rounded once to bf16.

@@ -85,9 +85,16 @@ void bf16_tile(const Bf16TileArgs& t) {
   }
 }
 
+void gather_taps(const uint32_t* src, const int64_t* offsets, int64_t taps, const int32_t* at, int64_t n, uint32_t* dst,
+                 int64_t dst_stride) {
+  for (int64_t t = 0; t < taps; ++t) {
+    for (int64_t q = 0; q < n; ++q) dst[t * dst_stride + q] = src[offsets[t] + at[q]];
+  }
+}
+
 }  // namespace
 
 extern const F32Gemm kGemmScalar = {kMr, kNr, f32_tile, transpose, 4, 4, dot_tile};
-extern const Bf16Gemm kBf16Scalar = {kBfMr, kBfNr, 32, nullptr, bf16_tile};
+extern const Bf16Gemm kBf16Scalar = {kBfMr, kBfNr, 32, nullptr, bf16_tile, gather_taps};
 
 }  // namespace demi::backend::cpu::isa

@@ -120,11 +120,19 @@ struct Bf16TileArgs {
   const int64_t* b_offsets;  // taps entries, or nullptr when taps == 1
   uint16_t* c_bf16;
 };
+// The B strip rows of one channel pair of a gathered implicit convolution (conv2d_implicit.cpp), in
+// 32-bit words (pairs of bf16): dst[t * dst_stride + q] = src[offsets[t] + at[q]] for t < taps, q < n.
+using GatherTaps = void (*)(const uint32_t* src, const int64_t* offsets, int64_t taps, const int32_t* at, int64_t n,
+                            uint32_t* dst, int64_t dst_stride);
 struct Bf16Gemm {
   int64_t mr, nr, kb;  // tile rows and columns, granularity of k
   void (*prepare)();   // once per thread before a run of tiles (AMX: loads the tile configuration)
   void (*tile)(const Bf16TileArgs& args);
+  GatherTaps gather_taps;
 };
+// The AVX-512 gather (gather_avx512.cpp), which the avx512_bf16 and amx levels share.
+void gather_taps_avx512(const uint32_t* src, const int64_t* offsets, int64_t taps, const int32_t* at, int64_t n,
+                        uint32_t* dst, int64_t dst_stride);
 
 // Which bf16 GEMMs take the bf16 tile; the others widen bf16 into the fp32 tile (or Eigen's GEMM).
 // Winograd's 3x3 convolutions do 2.25x fewer multiplies in fp32, and their transformed operands are

@@ -58,14 +58,18 @@ const Case kCases[] = {
     // im2col's 144 x 66 in groups of images).
     {"winograd_wide_product", 2, 64, 8, 8, 128, 3, 3, 1, 1, 1, 1, true},
     {"k3_stride2_wide_product_groups", 5, 16, 9, 9, 66, 3, 3, 2, 2, 1, 1, true},
-    // The bf16 tile's implicit GEMM (stride 1, padding below the kernel, >= 16 channels summed, at
-    // least 5/6 of the padded grid output): channels past one block of 32 and odd, non-square
-    // kernels and paddings, no padding, 1x1, planes in groups of images with a remainder.
+    // The bf16 tile's implicit GEMM (stride 1, padding below the kernel, >= 16 channels summed):
+    // channels past one block of 32 and odd, non-square kernels and paddings, no padding, 1x1,
+    // planes in groups of images with a remainder. Small planes with many outputs gather their
+    // columns (conv2d_implicit.cpp, on_grid; the last three, in both data passes).
     {"implicit_k2x4_pad1x3", 3, 40, 9, 10, 33, 2, 4, 1, 1, 1, 3, true},
     {"implicit_k3_no_pad", 2, 24, 24, 25, 17, 3, 3, 1, 1, 0, 0, true},
     {"implicit_k3_pad1_groups", 13, 24, 12, 12, 17, 3, 3, 1, 1, 1, 1, true},
     {"implicit_k1_pointwise", 3, 33, 5, 6, 20, 1, 1, 1, 1, 0, 0, false},
     {"implicit_k5_pad2", 2, 16, 22, 23, 16, 5, 5, 1, 1, 2, 2, true},
+    {"implicit_gathered_k3x2_tiny_planes", 7, 81, 3, 5, 75, 3, 2, 1, 1, 1, 0, true},
+    {"implicit_gathered_3x3_groups", 13, 64, 3, 3, 70, 3, 3, 1, 1, 1, 1, true},
+    {"implicit_gathered_one_pixel", 5, 17, 1, 1, 17, 3, 3, 1, 1, 1, 1, false},
 };
 
 std::string describe(const Case& c, DType dtype) {
