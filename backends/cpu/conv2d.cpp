@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv2d_implicit.h"
@@ -458,7 +459,7 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
   const int64_t ins = g.c, outs = g.o, plane = g.h * g.w, th = wk.th, tw = wk.tw, tiles = wk.tiles;
   const int64_t usize = kPoints * ins * outs;
   float* du = thread_scratch<float>(kSlotWinograd, threads * usize);  // dU^T[xi][in][out] per thread
-  std::fill(du, du + threads * usize, 0.0f);
+  parallel_for(threads * usize, 1, [&](int64_t begin, int64_t end) { std::fill(du + begin, du + end, 0.0f); });
   const T* input = a.input.as<T>();
   const T* grad_y = a.output.as<T>();
   const bool want_bias = a.bias.defined();
@@ -490,15 +491,21 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
       grad_weight_product(v + xi * ins * cols, cols, ins, z + xi * outs * cols, cols, outs, cols, du + t * usize + xi * ins * outs);
     }
   });
-  for (int t = 1; t < threads; ++t) {
-    for (int64_t i = 0; i < usize; ++i) du[i] += du[t * usize + i];
-  }
-  // partial[(c * 9 + r * 3 + s) * outs + o] = (G^T dU[o][c] G)[r][s]
-  for (int64_t c = 0; c < ins; ++c) {
-    for (int64_t o = 0; o < outs; ++o) {
-      winograd::weight_gradient(du + c * outs + o, ins * outs, partial + c * 9 * outs + o, outs);
+  // The threads' sums, then partial[(c * 9 + r * 3 + s) * outs + o] = (G^T dU[o][c] G)[r][s], both
+  // spread over the threads (AirNet's 256 -> 256: 1M values a thread; by the calling thread alone,
+  // the other idled for ~8% of the pass).
+  parallel_for(usize, threads, [&](int64_t begin, int64_t end) {
+    for (int t = 1; t < threads; ++t) {
+      for (int64_t i = begin; i < end; ++i) du[i] += du[t * usize + i];
     }
-  }
+  });
+  parallel_for(ins, 16 * 9 * outs, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      for (int64_t o = 0; o < outs; ++o) {
+        winograd::weight_gradient(du + c * outs + o, ins * outs, partial + c * 9 * outs + o, outs);
+      }
+    }
+  });
 }
 
 // grad_w^T (ckk x o) += col (ckk x depth) * grad_y^T (depth x o) into the calling thread's partial;
@@ -777,6 +784,32 @@ void backward_data(const Conv2dArgs& a, const ConvGeom& g) {
   });
 }
 
+// grad_w (o x ckk, as T) = the sum of the threads' partial grad_w^T (ckk x o each, wsize apart),
+// spread over the threads in blocks of kBlock rows of grad_w^T: summed, transposed in a block
+// buffer, then each of its o rows converted into grad_w. (Done by the calling thread, the sum,
+// transpose and conversion of AirNet's 2304 x 256 left the other idle for 6% of a 7x7 layer's
+// backward-weight.)
+template <typename Acc, typename T>
+void sum_transposed(const Acc* partial, int threads, int64_t ckk, int64_t o, T* grad_w) {
+  constexpr int64_t kBlock = 16;
+  const int64_t wsize = ckk * o;
+  parallel_for(ceil_div(ckk, kBlock), kBlock * o * (threads + 2), [&](int64_t begin, int64_t end) {
+    std::vector<Acc> block(kBlock * o);  // block[j * kBlock + r] = grad_w^T[k0 + r][j]
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t k0 = b * kBlock, rows = std::min(kBlock, ckk - k0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const Acc* row = partial + (k0 + r) * o;
+        for (int64_t j = 0; j < o; ++j) {
+          Acc sum = row[j];
+          for (int t = 1; t < threads; ++t) sum += row[t * wsize + j];
+          block[j * kBlock + r] = sum;
+        }
+      }
+      for (int64_t j = 0; j < o; ++j) convert_n(block.data() + j * kBlock, grad_w + j * ckk + k0, rows);
+    }
+  });
+}
+
 template <typename T>
 void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   using Acc = acc_t<T>;
@@ -786,7 +819,7 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   // One partial grad_w (and grad_b, in double) per thread, summed after the loop, so threads never
   // write the same memory and the result does not depend on timing.
   Acc* partial = thread_scratch<Acc>(kSlotPartial, threads * wsize);
-  std::fill(partial, partial + threads * wsize, Acc(0));
+  parallel_for(threads * wsize, 1, [&](int64_t begin, int64_t end) { std::fill(partial + begin, partial + end, Acc(0)); });
   const bool want_bias = a.bias.defined();
   double* bias_partial = thread_scratch<double>(kSlotBiasPartial, threads * g.o);
   std::fill(bias_partial, bias_partial + threads * g.o, 0.0);
@@ -832,17 +865,17 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
     });
   }
   for (int t = 1; t < threads; ++t) {
-    Eigen::Map<Eigen::Array<Acc, Eigen::Dynamic, 1>>(partial, wsize) +=
-        Eigen::Map<const Eigen::Array<Acc, Eigen::Dynamic, 1>>(partial + t * wsize, wsize);
     for (int64_t o = 0; o < g.o; ++o) bias_partial[o] += bias_partial[t * g.o + o];
   }
-  const Acc* grad_w = partial;
-  if (transposed) {  // grad_w = (grad_w^T)^T
-    Acc* gw = thread_scratch<Acc>(kSlotPacked, wsize);
-    MatrixMap<Acc>(gw, g.o, ckk) = ConstMatrixMap<Acc>(partial, ckk, g.o).transpose();
-    grad_w = gw;
+  if (transposed) {
+    sum_transposed(partial, threads, ckk, g.o, a.weight.as<T>());
+  } else {
+    for (int t = 1; t < threads; ++t) {
+      Eigen::Map<Eigen::Array<Acc, Eigen::Dynamic, 1>>(partial, wsize) +=
+          Eigen::Map<const Eigen::Array<Acc, Eigen::Dynamic, 1>>(partial + t * wsize, wsize);
+    }
+    convert_n(partial, a.weight.as<T>(), wsize);
   }
-  convert_n(grad_w, a.weight.as<T>(), wsize);
   if (want_bias) {
     dispatch_floating(a.bias.dtype, "conv2d_backward_weight", [&](auto tag) {
       using B = decltype(tag);
