@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -704,6 +705,90 @@ void backward_weight_bf16(const Conv2dArgs& a, const ConvGeom& g, float* partial
   });
 }
 
+// The bytes of backward-weight's B (grad_y^T of a chunk of images, in pairs) that each core keeps
+// in its L2 while it walks its panels of grad_w^T's rows.
+constexpr int64_t kWeightGradBBytes = 512 << 10;
+// The most rows of grad_w^T (channels x taps) in a panel: its im2col (rows x depth) stays in L2.
+constexpr int64_t kWeightGradPanelRows = 128;
+
+// Whether bf16 backward-weight splits grad_w between the threads (backward_weight_bf16_split)
+// rather than the images (backward_weight_bf16): when a thread's own fp32 partial grad_w would not
+// fit L2 (1 MiB on Zen 4), which the tile re-reads at every group of images. Measured on AMX,
+// 2026-12-02: AirNet's 2304 x 256 products ran 1.37x (7x7) and 1.09x (3x3) faster split; the
+// smaller ones of SmallCNN and AirNet, up to 576 x 256 (590 KiB), as fast to 1.8x slower.
+// DEMI_BF16_WEIGHT_GRAD=split|images forces one, for tests and A/B benchmarks.
+bool split_weight_grad(const ConvGeom& g) {
+  static const int forced = [] {  // 1 split, 0 images, -1 by size
+    const char* env = std::getenv("DEMI_BF16_WEIGHT_GRAD");
+    if (!env || !*env) return -1;
+    if (std::strcmp(env, "split") == 0) return 1;
+    DEMI_CHECK(std::strcmp(env, "images") == 0, "DEMI_BF16_WEIGHT_GRAD=", env, ": expected split or images");
+    return 0;
+  }();
+  return forced >= 0 ? forced == 1 : g.ckk() * g.o * int64_t(sizeof(float)) > (1 << 20);
+}
+
+// Channels per panel of backward_weight_bf16_split: the fewest padded rows (to the tile's) on the
+// busiest thread, the larger panel on a tie. AirNet's 256 channels of 9 taps on AMX: 7 a panel (63
+// rows, 64 padded), 37 panels, 19 on the busier thread.
+int64_t panel_channels(int64_t channels, int64_t taps, int threads) {
+  int64_t best = 1, best_rows = std::numeric_limits<int64_t>::max();
+  for (int64_t cp = 1; cp <= channels && (cp == 1 || cp * taps <= kWeightGradPanelRows); ++cp) {
+    const int64_t rows = ceil_div(ceil_div(channels, cp), threads) * bf::m_padded(cp * taps);
+    if (rows <= best_rows) best = cp, best_rows = rows;
+  }
+  return best;
+}
+
+// grad_w^T (ckk x o, fp32, zeroed) += col (ckk x depth) grad_y^T (depth x o), in chunks of images
+// whose grad_y^T fits kWeightGradBBytes. The threads split grad_w^T's rows, not the images: each
+// takes panels of whole channels, writes their im2col rows for the chunk (L2-resident) and runs the
+// tile on them against the shared B. So C and A are each read from L2, not memory: with the
+// images split instead, every group re-read the whole fp32 partial (2304 x 256 for AirNet's 7x7
+// layers) and an im2col matrix larger than L2, once per 32 of B's columns. The sums keep one order,
+// chunk after chunk, whatever the thread count. grad_b (fp64) goes into bias_sum.
+void backward_weight_bf16_split(const Conv2dArgs& a, const ConvGeom& g, float* grad_wt, double* bias_sum) {
+  const int64_t plane = g.plane(), image = g.c * g.h * g.w, taps = g.kh * g.kw;
+  const BF16* input = a.input.as<BF16>();
+  const BF16* grad_y = a.output.as<BF16>();
+  const bool want_bias = a.bias.defined();
+  const int64_t nr = isa::active().bf16.nr;
+  const int64_t chunk = std::clamp<int64_t>(kWeightGradBBytes / (2 * bf::n_padded(g.o) * plane), 1, g.n);
+  const int64_t per_panel = panel_channels(g.c, taps, available_threads()), panels = ceil_div(g.c, per_panel);
+  const int64_t max_depth = chunk * plane, gy_ld = max_depth + max_depth % 2;
+  // Shared by the threads: grad_y's rows for the chunk, then the same in pairs.
+  BF16* gy = thread_scratch<BF16>(kSlotGradYT, g.o * gy_ld);
+  uint16_t* pairs = thread_scratch<uint16_t>(kSlotPackedCol, bf::b_size(max_depth, g.o));
+  for (int64_t i0 = 0; i0 < g.n; i0 += chunk) {
+    const int64_t ni = std::min(chunk, g.n - i0), depth = ni * plane, ld = depth + depth % 2;
+    parallel_for(ceil_div(g.o, nr), nr * depth, [&](int64_t begin, int64_t end) {
+      const int64_t o0 = begin * nr, o1 = std::min(g.o, end * nr);
+      for (int64_t o = o0; o < o1; ++o) {
+        for (int64_t k = 0; k < ni; ++k) {
+          const BF16* src = grad_y + ((i0 + k) * g.o + o) * plane;
+          std::copy_n(src, plane, gy + o * ld + k * plane);
+          if (want_bias) bias_sum[o] += sum_double(src, plane);
+        }
+      }
+      bf::pack_bt(bits(gy) + o0 * ld, ld, depth, o1 - o0, pairs, o0);
+    });
+    bf::pad_b(pairs, depth, g.o);
+    const int64_t lda = bf::k_padded(depth);
+    parallel_for(panels, per_panel * taps * depth * g.o / 64, [&](int64_t begin, int64_t end) {
+      ConvGeom gp = g;
+      BF16* col = thread_scratch<BF16>(kSlotCol, bf::m_padded(per_panel * taps) * lda);
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t c0 = p * per_panel;
+        gp.c = std::min(per_panel, g.c - c0);
+        const int64_t rows = gp.c * taps;
+        for (int64_t k = 0; k < ni; ++k) im2col(input + (i0 + k) * image + c0 * g.h * g.w, col + k * plane, gp, 0, g.oh, lda);
+        bf::pad_a(bits(col), lda, rows, depth);
+        bf::gemm(bits(col), lda, rows, depth, pairs, g.o, grad_wt + c0 * taps * g.o, g.o, nullptr, bf::Accumulate::Yes);
+      }
+    });
+  }
+}
+
 template <typename T>
 void forward(const Conv2dArgs& a, const ConvGeom& g) {
   using Acc = acc_t<T>;
@@ -815,7 +900,9 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   using Acc = acc_t<T>;
   const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, wsize = g.o * ckk;
   const int64_t rows = chunk_rows<Acc>(g);
-  const int threads = image_threads(g.n);
+  // The bf16 tile's path splits grad_w between the threads; the others split the images.
+  const bool bf16_split = std::is_same_v<T, BF16> && use_bf16_tile(g) && split_weight_grad(g);
+  const int threads = bf16_split ? 1 : image_threads(g.n);
   // One partial grad_w (and grad_b, in double) per thread, summed after the loop, so threads never
   // write the same memory and the result does not depend on timing.
   Acc* partial = thread_scratch<Acc>(kSlotPartial, threads * wsize);
@@ -827,7 +914,9 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   const T* grad_y = a.output.as<T>();
   bool transposed = false;  // the packed path sums grad_w^T
   if constexpr (std::is_same_v<Acc, float>) {
-    if (std::is_same_v<T, BF16> && use_bf16_tile(g)) {
+    if (bf16_split) {
+      backward_weight_bf16_split(a, g, partial, bias_partial);
+    } else if (std::is_same_v<T, BF16> && use_bf16_tile(g)) {
       backward_weight_bf16(a, g, partial, bias_partial, threads);
     } else if (use_winograd(g)) {
       backward_weight_winograd<T>(a, g, partial, bias_partial, threads);
