@@ -243,12 +243,14 @@ BENCHMARK_CAPTURE(BM_MaxPool, bf16, DType::BF16, Pass::Forward)->ArgName("pool")
 BENCHMARK_CAPTURE(BM_MaxPool, f32_backward, DType::F32, Pass::BackwardData)->ArgName("pool")->DenseRange(0, std::size(kPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MaxPool, bf16_backward, DType::BF16, Pass::BackwardData)->ArgName("pool")->DenseRange(0, std::size(kPools) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
-// SmallCNN's batch norms at batch 128 (the max-pools' inputs: [128, C, HW, HW]), training forward
-// and backward (grad_input, grad_weight, grad_bias): GB/s of x (and grad_y) read once.
+// The batch norms at batch 128 ([128, C, HW, HW]), training forward and backward (grad_input,
+// grad_weight, grad_bias): GB/s of x (and grad_y) read once. SmallCNN's first (the max-pools'
+// inputs), then AirNet's (after its pools: two each).
+constexpr ConvShape kBatchNorms[] = {{32, 32, 32}, {64, 64, 16}, {128, 128, 8}, {64, 64, 15}, {256, 256, 7}, {256, 256, 3}};
 enum class BnPass { Forward, Backward };
 
 void BM_BatchNorm(benchmark::State& state, DType dtype, BnPass pass) {
-  const ConvShape& s = kPools[state.range(0)];
+  const ConvShape& s = kBatchNorms[state.range(0)];
   const Shape shape{kBatch, s.c, s.hw, s.hw};
   Buffer x(dtype, shape), y(dtype, shape), gy(dtype, shape), gx(dtype, shape);
   Buffer weight(DType::F32, {s.c}), bias(DType::F32, {s.c}), mean(DType::F32, {s.c}), invstd(DType::F32, {s.c});
@@ -272,10 +274,10 @@ void BM_BatchNorm(benchmark::State& state, DType dtype, BnPass pass) {
   state.counters["GB/s"] = benchmark::Counter(reads * double(x.ref().numel()) * dtype_size(dtype) / 1e9,
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK_CAPTURE(BM_BatchNorm, f32_forward, DType::F32, BnPass::Forward)->ArgName("layer")->DenseRange(0, kSmallCnnPools - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_BatchNorm, f32_backward, DType::F32, BnPass::Backward)->ArgName("layer")->DenseRange(0, kSmallCnnPools - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_BatchNorm, bf16_forward, DType::BF16, BnPass::Forward)->ArgName("layer")->DenseRange(0, kSmallCnnPools - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_BatchNorm, bf16_backward, DType::BF16, BnPass::Backward)->ArgName("layer")->DenseRange(0, kSmallCnnPools - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, f32_forward, DType::F32, BnPass::Forward)->ArgName("layer")->DenseRange(0, std::size(kBatchNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, f32_backward, DType::F32, BnPass::Backward)->ArgName("layer")->DenseRange(0, std::size(kBatchNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, bf16_forward, DType::BF16, BnPass::Forward)->ArgName("layer")->DenseRange(0, std::size(kBatchNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, bf16_backward, DType::BF16, BnPass::Backward)->ArgName("layer")->DenseRange(0, std::size(kBatchNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace demi::backend
