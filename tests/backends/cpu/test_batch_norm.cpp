@@ -29,6 +29,9 @@ const Case kCases[] = {
     {"nchw_two_values", {2, 2, 1, 1}, false, 0.0, 1.0},
     {"nchw_large_mean", {8, 3, 6, 5}, true, 1000.0, 1.0},
     {"nchw_many_channels", {3, 40, 4, 4}, true, 0.0, 3.0},
+    // A channel of 1125 values: half types sum their widened channel in blocks of 1024 that cut a
+    // plane (batch_norm.cpp, sum_blocks), with a mean well away from 0.
+    {"nchw_channel_past_one_block", {5, 3, 15, 15}, true, 50.0, 2.0},
 };
 
 std::string describe(const Case& c, DType dtype) {
