@@ -76,7 +76,8 @@ class ChannelPlanes {
 // than a 32x32 plane's, as before.
 constexpr int64_t kSumBlock = 1024;
 
-// Sums f(i) over [0, count): fp32 within blocks of kSumBlock, fp64 across them.
+// The sum of block_sum(i, len) over the blocks [i, i + len) of [0, count): each an fp32 sum of
+// at most kSumBlock values, added in fp64.
 template <typename BlockSum>
 double sum_blocks(int64_t count, BlockSum&& block_sum) {
   double sum = 0;

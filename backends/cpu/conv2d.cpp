@@ -900,7 +900,8 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   using Acc = acc_t<T>;
   const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w, wsize = g.o * ckk;
   const int64_t rows = chunk_rows<Acc>(g);
-  // The bf16 tile's path splits grad_w between the threads; the others split the images.
+  // bf16 on the tile splits grad_w between the threads for the largest products (split_weight_grad);
+  // every other path splits the images.
   const bool bf16_split = std::is_same_v<T, BF16> && use_bf16_tile(g) && split_weight_grad(g);
   const int threads = bf16_split ? 1 : image_threads(g.n);
   // One partial grad_w (and grad_b, in double) per thread, summed after the loop, so threads never
