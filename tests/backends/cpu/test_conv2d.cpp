@@ -71,11 +71,11 @@ const Case kCases[] = {
     {"implicit_gathered_3x3_groups", 13, 64, 3, 3, 70, 3, 3, 1, 1, 1, 1, true},
     {"implicit_gathered_one_pixel", 5, 17, 1, 1, 17, 3, 3, 1, 1, 1, 1, false},
     // bf16 backward-weight split by grad_w's rows (conv2d.cpp, backward_weight_bf16_split): a
-    // product past 1 MiB of fp32 (513 x 513), which a default run splits, with panels of whole and
-    // partial tiles; under DEMI_BF16_WEIGHT_GRAD=split (ctest
+    // product past 1 MiB of fp32 (513 x 513), which a default run splits, in panels of 96 channels
+    // and a last one of 33 (a partial tile) on AMX; under DEMI_BF16_WEIGHT_GRAD=split (ctest
     // backends.cpu.conv2d.bf16_weight_grad_split) every case goes there, and the 32x32 one runs in
     // chunks of images whose grad_y^T fits L2 (4 + 3 images on AMX, 5 + 2 on AVX512_BF16) and panels
-    // of 9 + 8 channels.
+    // of 10 + 7 channels (AMX; 9 + 8 on AVX512_BF16).
     {"bf16_weight_grad_split_1x1", 2, 513, 2, 2, 513, 1, 1, 1, 1, 0, 0, true},
     {"bf16_weight_grad_chunks_and_panels", 7, 17, 32, 32, 33, 3, 3, 1, 1, 1, 1, true},
 };
