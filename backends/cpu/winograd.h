@@ -23,29 +23,40 @@ constexpr int64_t kPoints = 16;
 // U[xi * outs * ins + o * ins + i] = (G g G^T)[xi] with g the 3x3 filter from input channel i to
 // output channel o. w is [outs][ins][3][3] or, when `adjoint`, the forward weight [ins][outs][3][3]
 // of the convolution whose backward-data this is: then g = w[i][o] rotated by 180 degrees. Output
-// channels [o_begin, o_end) only, so that threads can share the work.
+// channels [o_begin, o_end) only, so that threads can share the work. Input channels go kBlock at a
+// time, each step a loop over the block that the compiler vectorises and each point's row stored as
+// one run (filter by filter, the 16 scattered stores took 8% of an AirNet 256 -> 256 forward).
 inline void transform_weights(const float* w, int64_t outs, int64_t ins, bool adjoint, float* u, int64_t o_begin,
                               int64_t o_end) {
+  constexpr int64_t kBlock = 16;
+  const int64_t step = outs * ins;  // from one point's U to the next
   for (int64_t o = o_begin; o < o_end; ++o) {
-    for (int64_t i = 0; i < ins; ++i) {
-      float g[3][3];
-      for (int r = 0; r < 3; ++r)
-        for (int c = 0; c < 3; ++c)
-          g[r][c] = adjoint ? w[((i * outs + o) * 3 + 2 - r) * 3 + 2 - c] : w[((o * ins + i) * 3 + r) * 3 + c];
-      float gg[4][3];  // G g
+    for (int64_t i0 = 0; i0 < ins; i0 += kBlock) {
+      const int64_t n = ins - i0 < kBlock ? ins - i0 : kBlock;
+      float g[3][3][kBlock];
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t i = i0 + k;
+        for (int r = 0; r < 3; ++r)
+          for (int c = 0; c < 3; ++c)
+            g[r][c][k] = adjoint ? w[((i * outs + o) * 3 + 2 - r) * 3 + 2 - c] : w[((o * ins + i) * 3 + r) * 3 + c];
+      }
+      float gg[4][3][kBlock];  // G g
       for (int c = 0; c < 3; ++c) {
-        gg[0][c] = g[0][c];
-        gg[1][c] = 0.5f * (g[0][c] + g[1][c] + g[2][c]);
-        gg[2][c] = 0.5f * (g[0][c] - g[1][c] + g[2][c]);
-        gg[3][c] = g[2][c];
+        for (int64_t k = 0; k < n; ++k) {
+          gg[0][c][k] = g[0][c][k];
+          gg[1][c][k] = 0.5f * (g[0][c][k] + g[1][c][k] + g[2][c][k]);
+          gg[2][c][k] = 0.5f * (g[0][c][k] - g[1][c][k] + g[2][c][k]);
+          gg[3][c][k] = g[2][c][k];
+        }
       }
       for (int r = 0; r < 4; ++r) {  // (G g) G^T
-        float* row = u + (r * 4) * outs * ins + o * ins + i;
-        const int64_t step = outs * ins;
-        row[0 * step] = gg[r][0];
-        row[1 * step] = 0.5f * (gg[r][0] + gg[r][1] + gg[r][2]);
-        row[2 * step] = 0.5f * (gg[r][0] - gg[r][1] + gg[r][2]);
-        row[3 * step] = gg[r][2];
+        float* row = u + (r * 4) * step + o * ins + i0;
+        for (int64_t k = 0; k < n; ++k) {
+          row[k] = gg[r][0][k];
+          row[step + k] = 0.5f * (gg[r][0][k] + gg[r][1][k] + gg[r][2][k]);
+          row[2 * step + k] = 0.5f * (gg[r][0][k] - gg[r][1][k] + gg[r][2][k]);
+          row[3 * step + k] = gg[r][2][k];
+        }
       }
     }
   }
