@@ -259,21 +259,15 @@ void winograd_input(const T* input, int64_t i0, int64_t ni, int64_t ins, const W
   for (int64_t k0 = 0; k0 < ni; k0 += wk.lane_images) {
     const int64_t images = std::min(wk.lane_images, ni - k0), lanes = images * wk.tw;
     for (int64_t c = 0; c < ins; ++c) {
-      auto split = [&](int64_t k) {
-        wg.split_columns(as_float(input + ((i0 + k) * ins + c) * plane, plane, wide), wk.h, wk.w, n_split,
-                                split_rows, e, o);
-      };
+      auto x = [&](int64_t k) { return as_float(input + ((i0 + k) * ins + c) * plane, plane, wide); };
       float* vc = v + c * cols + k0 * wk.tiles;
       if (images == 1) {
-        split(k0);
+        wg.split_columns(x(k0), wk.h, wk.w, n_split, split_rows, e, o);
         wg.transform_input({e, e + 1, o, o + 1, n_split, wk.tw}, wk.th, vc, ins * cols);
         continue;
       }
       float *e0 = views, *e1 = views + view, *o0 = views + 2 * view, *o1 = views + 3 * view;
-      for (int64_t g = 0; g < images; ++g) {
-        split(k0 + g);
-        wg.gather_lanes(e, o, n_split, split_rows, wk.tw, g, lanes, e0, e1, o0, o1);
-      }
+      for (int64_t g = 0; g < images; ++g) wg.split_lanes(x(k0 + g), wk.h, wk.w, wk.tw, g, lanes, split_rows, e0, e1, o0, o1);
       wg.transform_input({e0, e1, o0, o1, lanes, lanes}, wk.th, vc, ins * cols);
     }
   }

@@ -42,15 +42,27 @@ void split_columns(const float* x, int64_t h, int64_t w, int64_t n, int64_t rows
   }
 }
 
-void gather_lanes(const float* e, const float* o, int64_t n, int64_t rows, int64_t tw, int64_t g, int64_t lanes,
-                  float* e0, float* e1, float* o0, float* o1) {
-  const __m256i m = lane_mask(tw);
+// As the AVX-512 file's: w <= 8, tw <= 4; a lane's column left of the plane (e0's first) or past 8
+// (o1's fourth) is zeroed by an and-mask, the others past w by the load's mask.
+void split_lanes(const float* x, int64_t h, int64_t w, int64_t tw, int64_t g, int64_t lanes, int64_t rows, float* e0,
+                 float* e1, float* o0, float* o1) {
+  const __m256i at_e0 = _mm256_setr_epi32(0, 1, 3, 5, 7, 0, 0, 0), at_o0 = _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0);
+  const __m256i at_e1 = _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0), at_o1 = _mm256_setr_epi32(2, 4, 6, 0, 0, 0, 0, 0);
+  const __m256 e0_lanes = _mm256_castsi256_ps(_mm256_setr_epi32(0, -1, -1, -1, -1, -1, -1, -1));
+  const __m256 o1_lanes = _mm256_castsi256_ps(_mm256_setr_epi32(-1, -1, -1, 0, 0, 0, 0, 0));
+  const __m256i m = lane_mask(tw), row_mask = lane_mask(w);
+  const __m256 zero = _mm256_setzero_ps();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t at = r * lanes + g * tw;
-    store(e0 + at, m, load(e + r * n, m));
-    store(e1 + at, m, load(e + r * n + 1, m));
-    store(o0 + at, m, load(o + r * n, m));
-    store(o1 + at, m, load(o + r * n + 1, m));
+    if (r == 0 || r > h) {
+      store(e0 + at, m, zero), store(o0 + at, m, zero), store(e1 + at, m, zero), store(o1 + at, m, zero);
+      continue;
+    }
+    const __m256 row = load(x + (r - 1) * w, row_mask);
+    store(e0 + at, m, _mm256_and_ps(e0_lanes, _mm256_permutevar8x32_ps(row, at_e0)));
+    store(o0 + at, m, _mm256_permutevar8x32_ps(row, at_o0));
+    store(e1 + at, m, _mm256_permutevar8x32_ps(row, at_e1));
+    store(o1 + at, m, _mm256_and_ps(o1_lanes, _mm256_permutevar8x32_ps(row, at_o1)));
   }
 }
 
@@ -162,7 +174,7 @@ void transform_grad_output(const float* e, const float* o, int64_t th, int64_t l
 
 }  // namespace
 
-extern const Winograd kWinogradAvx2 = {kLanes,           split_columns,     gather_lanes,         transform_input,
+extern const Winograd kWinogradAvx2 = {kLanes,           split_columns,     split_lanes,         transform_input,
                                        transform_output, split_grad_output, transform_grad_output};
 
 }  // namespace demi::backend::cpu::isa

@@ -30,17 +30,31 @@ void split_columns(const float* x, int64_t h, int64_t w, int64_t n, int64_t rows
   }
 }
 
-// Copies image g's split columns (e and o: rows x n, n = tw + 1) into lanes g * tw .. g * tw + tw - 1
-// of the group's four views e0, e1, o0, o1 (each rows x lanes, lanes <= 16).
-void gather_lanes(const float* e, const float* o, int64_t n, int64_t rows, int64_t tw, int64_t g, int64_t lanes,
-                  float* e0, float* e1, float* o0, float* o1) {
-  const __mmask16 m = lane_mask(tw);
+// Lane l < tw of row r of the views is padded column 2l - 1 (e0), 2l (o0), 2l + 1 (e1), 2l + 2 (o1),
+// i.e. plane column 2l - 2 .. 2l + 1 of plane row r - 1: one load of the row (w <= 16), one permute
+// per view; lanes whose column is left of the plane (e0's first) or past 16 (o1's eighth) are zeroed
+// by the permute's mask, the others past w by the load's.
+void split_lanes(const float* x, int64_t h, int64_t w, int64_t tw, int64_t g, int64_t lanes, int64_t rows, float* e0,
+                 float* e1, float* o0, float* o1) {
+  const __m512i at_e0 = _mm512_set_epi32(29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, 0);
+  const __m512i at_o0 = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i at_e1 = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512i at_o1 = _mm512_set_epi32(0, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2);
+  const __mmask16 m = lane_mask(tw), row_mask = lane_mask(w);
+  const __mmask16 e0_lanes = __mmask16(0xFFFE), o1_lanes = __mmask16(0x7F);  // columns -1 and 16 are not the row's
+  const __m512 zero = _mm512_setzero_ps();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t at = r * lanes + g * tw;
-    _mm512_mask_storeu_ps(e0 + at, m, _mm512_maskz_loadu_ps(m, e + r * n));
-    _mm512_mask_storeu_ps(e1 + at, m, _mm512_maskz_loadu_ps(m, e + r * n + 1));
-    _mm512_mask_storeu_ps(o0 + at, m, _mm512_maskz_loadu_ps(m, o + r * n));
-    _mm512_mask_storeu_ps(o1 + at, m, _mm512_maskz_loadu_ps(m, o + r * n + 1));
+    if (r == 0 || r > h) {
+      _mm512_mask_storeu_ps(e0 + at, m, zero), _mm512_mask_storeu_ps(o0 + at, m, zero);
+      _mm512_mask_storeu_ps(e1 + at, m, zero), _mm512_mask_storeu_ps(o1 + at, m, zero);
+      continue;
+    }
+    const __m512 row = _mm512_maskz_loadu_ps(row_mask, x + (r - 1) * w);
+    _mm512_mask_storeu_ps(e0 + at, m, _mm512_maskz_permutexvar_ps(e0_lanes, at_e0, row));
+    _mm512_mask_storeu_ps(o0 + at, m, _mm512_permutexvar_ps(at_o0, row));
+    _mm512_mask_storeu_ps(e1 + at, m, _mm512_permutexvar_ps(at_e1, row));
+    _mm512_mask_storeu_ps(o1 + at, m, _mm512_maskz_permutexvar_ps(o1_lanes, at_o1, row));
   }
 }
 
@@ -177,7 +191,7 @@ void transform_grad_output(const float* e, const float* o, int64_t th, int64_t l
 }
 }  // namespace
 
-extern const Winograd kWinogradAvx512 = {16,           split_columns,     gather_lanes,         transform_input,
+extern const Winograd kWinogradAvx512 = {16,           split_columns,     split_lanes,         transform_input,
                                          transform_output, split_grad_output, transform_grad_output};
 
 }  // namespace demi::backend::cpu::isa

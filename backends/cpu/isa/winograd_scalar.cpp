@@ -16,15 +16,17 @@ void split_columns(const float* x, int64_t h, int64_t w, int64_t n, int64_t rows
   }
 }
 
-void gather_lanes(const float* e, const float* o, int64_t n, int64_t rows, int64_t tw, int64_t g, int64_t lanes,
-                  float* e0, float* e1, float* o0, float* o1) {
+void split_lanes(const float* x, int64_t h, int64_t w, int64_t tw, int64_t g, int64_t lanes, int64_t rows, float* e0,
+                 float* e1, float* o0, float* o1) {
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t at = r * lanes + g * tw;
-    for (int64_t i = 0; i < tw; ++i) {
-      e0[at + i] = e[r * n + i];
-      e1[at + i] = e[r * n + i + 1];
-      o0[at + i] = o[r * n + i];
-      o1[at + i] = o[r * n + i + 1];
+    const int64_t y = r - 1;  // padded row r is the plane's row r - 1, padded column c its column c - 1
+    auto at = [&](int64_t column) { return y >= 0 && y < h && column >= 0 && column < w ? x[y * w + column] : 0.0f; };
+    for (int64_t tx = 0; tx < tw; ++tx) {
+      const int64_t l = r * lanes + g * tw + tx;
+      e0[l] = at(2 * tx - 1);  // e[tx], o[tx], e[tx + 1], o[tx + 1] of split_columns
+      o0[l] = at(2 * tx);
+      e1[l] = at(2 * tx + 1);
+      o1[l] = at(2 * tx + 2);
     }
   }
 }
@@ -97,7 +99,7 @@ void transform_grad_output(const float* e, const float* o, int64_t th, int64_t l
 
 }  // namespace
 
-extern const Winograd kWinogradScalar = {16,           split_columns,     gather_lanes,         transform_input,
+extern const Winograd kWinogradScalar = {16,           split_columns,     split_lanes,         transform_input,
                                          transform_output, split_grad_output, transform_grad_output};
 
 }  // namespace demi::backend::cpu::isa

@@ -241,7 +241,7 @@ TEST_P(IsaKernels, WinogradTransformsMatchTheOracleBitForBit) {
   const Winograd& w = t().winograd;
   const Winograd& o = oracle().winograd;
   std::mt19937 rng(5);
-  for (int64_t size : {1, 4, 7, 13, 32, 33}) {
+  for (int64_t size : {1, 4, 7, 8, 13, 15, 16, 32, 33}) {
     SCOPED_TRACE("plane " + std::to_string(size) + "x" + std::to_string(size));
     const int64_t h = size, wd = size, th = (h + 1) / 2, tw = (wd + 1) / 2, n = tw + 1, rows = 2 * th + 2;
     const std::vector<float> x = random_floats(rng, h * wd);
@@ -256,12 +256,28 @@ TEST_P(IsaKernels, WinogradTransformsMatchTheOracleBitForBit) {
     ASSERT_EQ(o1, o2);
     // One image, then a lane group of as many images as the level's lanes hold.
     const int64_t images = tw <= w.lanes / 2 ? w.lanes / tw : 1, lanes = images * tw, ld = th * lanes;
-    std::vector<float> views(4 * rows * lanes, 0.0f), views_o(4 * rows * lanes, 0.0f);
-    for (int64_t g = 0; g < images && images > 1; ++g) {  // gather_lanes needs tw <= the vector width
+    // split_lanes: image g's plane (x shifted by g, so that lanes differ) in lanes g * tw .. of the
+    // views, which are e[tx], e[tx + 1], o[tx], o[tx + 1] of the image's split_columns; every lane of
+    // a full group is written (the two start from different values).
+    std::vector<float> views(4 * rows * lanes, 9.0f), views_o(4 * rows * lanes, images > 1 ? 7.0f : 9.0f);
+    const std::vector<float> xs = random_floats(rng, h * wd + images);
+    for (int64_t g = 0; g < images && images > 1; ++g) {  // lane groups only: w <= 2 tw <= the vector width
       float* p = views.data();
-      w.gather_lanes(e1.data(), o1.data(), n, rows, tw, g, lanes, p, p + rows * lanes, p + 2 * rows * lanes, p + 3 * rows * lanes);
+      w.split_lanes(xs.data() + g, h, wd, tw, g, lanes, rows, p, p + rows * lanes, p + 2 * rows * lanes, p + 3 * rows * lanes);
       float* q = views_o.data();
-      o.gather_lanes(e1.data(), o1.data(), n, rows, tw, g, lanes, q, q + rows * lanes, q + 2 * rows * lanes, q + 3 * rows * lanes);
+      o.split_lanes(xs.data() + g, h, wd, tw, g, lanes, rows, q, q + rows * lanes, q + 2 * rows * lanes, q + 3 * rows * lanes);
+      std::vector<float> e, od;
+      e.assign(rows * n, 9.0f), od.assign(rows * n, 9.0f);
+      o.split_columns(xs.data() + g, h, wd, n, rows, e.data(), od.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t tx = 0; tx < tw; ++tx) {
+          const int64_t at = r * lanes + g * tw + tx;
+          ASSERT_EQ(q[at], e[r * n + tx]) << "e0 row " << r << " tile " << tx;
+          ASSERT_EQ(q[rows * lanes + at], e[r * n + tx + 1]) << "e1 row " << r << " tile " << tx;
+          ASSERT_EQ(q[2 * rows * lanes + at], od[r * n + tx]) << "o0 row " << r << " tile " << tx;
+          ASSERT_EQ(q[3 * rows * lanes + at], od[r * n + tx + 1]) << "o1 row " << r << " tile " << tx;
+        }
+      }
     }
     ASSERT_EQ(views, views_o);
     const float* p = views.data();
