@@ -255,19 +255,23 @@ void winograd_input(const T* input, int64_t i0, int64_t ni, int64_t ins, const W
   float* e = thread_scratch<float>(kSlotGradY, 2 * split_rows * n_split + 4 * view);
   float* o = e + split_rows * n_split;
   float* views = o + split_rows * n_split;
-  float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotWide, plane);
+  float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotWide, wk.lane_images * plane);
   for (int64_t k0 = 0; k0 < ni; k0 += wk.lane_images) {
     const int64_t images = std::min(wk.lane_images, ni - k0), lanes = images * wk.tw;
     for (int64_t c = 0; c < ins; ++c) {
-      auto x = [&](int64_t k) { return as_float(input + ((i0 + k) * ins + c) * plane, plane, wide); };
+      auto x = [&](int64_t g) {  // image k0 + g's channel c, as floats (half ones widened into wide's slot g)
+        return as_float(input + ((i0 + k0 + g) * ins + c) * plane, plane, wide ? wide + g * plane : nullptr);
+      };
       float* vc = v + c * cols + k0 * wk.tiles;
       if (images == 1) {
-        wg.split_columns(x(k0), wk.h, wk.w, n_split, split_rows, e, o);
+        wg.split_columns(x(0), wk.h, wk.w, n_split, split_rows, e, o);
         wg.transform_input({e, e + 1, o, o + 1, n_split, wk.tw}, wk.th, vc, ins * cols);
         continue;
       }
       float *e0 = views, *e1 = views + view, *o0 = views + 2 * view, *o1 = views + 3 * view;
-      for (int64_t g = 0; g < images; ++g) wg.split_lanes(x(k0 + g), wk.h, wk.w, wk.tw, g, lanes, split_rows, e0, e1, o0, o1);
+      const float* planes[16];
+      for (int64_t g = 0; g < images; ++g) planes[g] = x(g);
+      wg.split_lanes(planes, images, wk.h, wk.w, wk.tw, split_rows, e0, e1, o0, o1);
       wg.transform_input({e0, e1, o0, o1, lanes, lanes}, wk.th, vc, ins * cols);
     }
   }

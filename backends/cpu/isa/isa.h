@@ -63,10 +63,10 @@ struct SplitLanes {
 struct Winograd {
   int64_t lanes;
   void (*split_columns)(const float* x, int64_t h, int64_t w, int64_t n, int64_t rows, float* e, float* o);
-  // Lane groups (images > 1, so w <= 2 tw <= lanes): image g's h x w plane x split straight into lanes
-  // g * tw .. g * tw + tw - 1 of the group's four views e0, e1, o0, o1 (each rows x lanes), every
-  // row of them written (the padding rows and columns as zeros).
-  void (*split_lanes)(const float* x, int64_t h, int64_t w, int64_t tw, int64_t g, int64_t lanes, int64_t rows,
+  // Lane groups (images > 1, so w <= 2 tw <= lanes): the h x w planes x[g] of `images` images split
+  // straight into the group's four views e0, e1, o0, o1 (each rows x lanes, lanes = images * tw), image
+  // g in lanes g * tw .. g * tw + tw - 1; every row of them written (padding rows and columns as zeros).
+  void (*split_lanes)(const float* const* x, int64_t images, int64_t h, int64_t w, int64_t tw, int64_t rows,
                       float* e0, float* e1, float* o0, float* o1);
   void (*transform_input)(const SplitLanes& s, int64_t th, float* v, int64_t ld);
   void (*transform_output)(const float* m, int64_t ld, int64_t oh, int64_t ow, int64_t th, int64_t tw, int64_t images,

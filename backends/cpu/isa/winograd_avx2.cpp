@@ -42,27 +42,37 @@ void split_columns(const float* x, int64_t h, int64_t w, int64_t n, int64_t rows
   }
 }
 
-// As the AVX-512 file's: w <= 8, tw <= 4; a lane's column left of the plane (e0's first) or past 8
-// (o1's fourth) is zeroed by an and-mask, the others past w by the load's mask.
-void split_lanes(const float* x, int64_t h, int64_t w, int64_t tw, int64_t g, int64_t lanes, int64_t rows, float* e0,
+// As the AVX-512 file's, 8 lanes (w <= 8, tw <= 4): each image's permuted row blended into its lanes;
+// a lane's column left of the plane (e0's first) or past 8 (o1's fourth, tw = 4) is left zero.
+void split_lanes(const float* const* x, int64_t images, int64_t h, int64_t w, int64_t tw, int64_t rows, float* e0,
                  float* e1, float* o0, float* o1) {
-  const __m256i at_e0 = _mm256_setr_epi32(0, 1, 3, 5, 7, 0, 0, 0), at_o0 = _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0);
-  const __m256i at_e1 = _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0), at_o1 = _mm256_setr_epi32(2, 4, 6, 0, 0, 0, 0, 0);
-  const __m256 e0_lanes = _mm256_castsi256_ps(_mm256_setr_epi32(0, -1, -1, -1, -1, -1, -1, -1));
-  const __m256 o1_lanes = _mm256_castsi256_ps(_mm256_setr_epi32(-1, -1, -1, 0, 0, 0, 0, 0));
-  const __m256i m = lane_mask(tw), row_mask = lane_mask(w);
+  const int64_t lanes = images * tw;
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i at[8];       // 2 (lane - g tw): the o0 index into image g's row
+  __m256 own[8][3];    // image g's lanes (all bits set) for o0 and e1, for e0, for o1
+  for (int64_t g = 0; g < images; ++g) {
+    const __m256i first = _mm256_set1_epi32(static_cast<int>(g * tw)), rel = _mm256_sub_epi32(lane, first);
+    at[g] = _mm256_slli_epi32(rel, 1);
+    const __m256i mine = _mm256_andnot_si256(lane_mask(g * tw), lane_mask(g * tw + tw));
+    own[g][0] = _mm256_castsi256_ps(mine);
+    own[g][1] = _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpeq_epi32(rel, _mm256_setzero_si256()), mine));
+    own[g][2] = _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpeq_epi32(rel, _mm256_set1_epi32(3)), mine));
+  }
+  const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+  const __m256i m = lane_mask(lanes), row_mask = lane_mask(w);
   const __m256 zero = _mm256_setzero_ps();
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t at = r * lanes + g * tw;
-    if (r == 0 || r > h) {
-      store(e0 + at, m, zero), store(o0 + at, m, zero), store(e1 + at, m, zero), store(o1 + at, m, zero);
-      continue;
+    __m256 ve0 = zero, vo0 = zero, ve1 = zero, vo1 = zero;
+    if (r > 0 && r <= h) {
+      for (int64_t g = 0; g < images; ++g) {
+        const __m256 row = load(x[g] + (r - 1) * w, row_mask);
+        ve0 = _mm256_blendv_ps(ve0, _mm256_permutevar8x32_ps(row, _mm256_sub_epi32(at[g], one)), own[g][1]);
+        vo0 = _mm256_blendv_ps(vo0, _mm256_permutevar8x32_ps(row, at[g]), own[g][0]);
+        ve1 = _mm256_blendv_ps(ve1, _mm256_permutevar8x32_ps(row, _mm256_add_epi32(at[g], one)), own[g][0]);
+        vo1 = _mm256_blendv_ps(vo1, _mm256_permutevar8x32_ps(row, _mm256_add_epi32(at[g], two)), own[g][2]);
+      }
     }
-    const __m256 row = load(x + (r - 1) * w, row_mask);
-    store(e0 + at, m, _mm256_and_ps(e0_lanes, _mm256_permutevar8x32_ps(row, at_e0)));
-    store(o0 + at, m, _mm256_permutevar8x32_ps(row, at_o0));
-    store(e1 + at, m, _mm256_permutevar8x32_ps(row, at_e1));
-    store(o1 + at, m, _mm256_and_ps(o1_lanes, _mm256_permutevar8x32_ps(row, at_o1)));
+    store(e0 + r * lanes, m, ve0), store(o0 + r * lanes, m, vo0), store(e1 + r * lanes, m, ve1), store(o1 + r * lanes, m, vo1);
   }
 }
 

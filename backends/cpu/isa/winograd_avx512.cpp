@@ -30,31 +30,40 @@ void split_columns(const float* x, int64_t h, int64_t w, int64_t n, int64_t rows
   }
 }
 
-// Lane l < tw of row r of the views is padded column 2l - 1 (e0), 2l (o0), 2l + 1 (e1), 2l + 2 (o1),
-// i.e. plane column 2l - 2 .. 2l + 1 of plane row r - 1: one load of the row (w <= 16), one permute
-// per view; lanes whose column is left of the plane (e0's first) or past 16 (o1's eighth) are zeroed
-// by the permute's mask, the others past w by the load's.
-void split_lanes(const float* x, int64_t h, int64_t w, int64_t tw, int64_t g, int64_t lanes, int64_t rows, float* e0,
+// Lane g * tw + l (l < tw) of row r of the views is image g's padded column 2l - 1 (e0), 2l (o0),
+// 2l + 1 (e1), 2l + 2 (o1), i.e. plane column 2l - 2 .. 2l + 1 of plane row r - 1: per image one
+// load of the row (w <= 16) and one masked permute into each view's vector, then one store per
+// view (a store per image and view, read back by whole-vector loads, stalled the transform).
+// Lanes whose column is left of the plane (e0's first) or past 16 (o1's eighth, tw = 8) stay zero,
+// columns past w are zeros of the load.
+void split_lanes(const float* const* x, int64_t images, int64_t h, int64_t w, int64_t tw, int64_t rows, float* e0,
                  float* e1, float* o0, float* o1) {
-  const __m512i at_e0 = _mm512_set_epi32(29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, 0);
-  const __m512i at_o0 = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i at_e1 = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  const __m512i at_o1 = _mm512_set_epi32(0, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2);
-  const __mmask16 m = lane_mask(tw), row_mask = lane_mask(w);
-  const __mmask16 e0_lanes = __mmask16(0xFFFE), o1_lanes = __mmask16(0x7F);  // columns -1 and 16 are not the row's
+  const int64_t lanes = images * tw;
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512i at[16];         // 2 (lane - g tw): the o0 index into image g's row
+  __mmask16 own[16][3];   // image g's lanes for o0 and e1, for e0, for o1
+  for (int64_t g = 0; g < images; ++g) {
+    at[g] = _mm512_slli_epi32(_mm512_sub_epi32(lane, _mm512_set1_epi32(static_cast<int>(g * tw))), 1);
+    own[g][0] = static_cast<__mmask16>(lane_mask(g * tw + tw) & ~lane_mask(g * tw));
+    own[g][1] = static_cast<__mmask16>(own[g][0] & ~(1u << (g * tw)));
+    own[g][2] = static_cast<__mmask16>(tw == 8 ? own[g][0] & ~(1u << (g * tw + 7)) : own[g][0]);
+  }
+  const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+  const __mmask16 m = lane_mask(lanes), row_mask = lane_mask(w);
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t at = r * lanes + g * tw;
-    if (r == 0 || r > h) {
-      _mm512_mask_storeu_ps(e0 + at, m, zero), _mm512_mask_storeu_ps(o0 + at, m, zero);
-      _mm512_mask_storeu_ps(e1 + at, m, zero), _mm512_mask_storeu_ps(o1 + at, m, zero);
-      continue;
+    __m512 ve0 = zero, vo0 = zero, ve1 = zero, vo1 = zero;
+    if (r > 0 && r <= h) {
+      for (int64_t g = 0; g < images; ++g) {
+        const __m512 row = _mm512_maskz_loadu_ps(row_mask, x[g] + (r - 1) * w);
+        ve0 = _mm512_mask_permutexvar_ps(ve0, own[g][1], _mm512_sub_epi32(at[g], one), row);
+        vo0 = _mm512_mask_permutexvar_ps(vo0, own[g][0], at[g], row);
+        ve1 = _mm512_mask_permutexvar_ps(ve1, own[g][0], _mm512_add_epi32(at[g], one), row);
+        vo1 = _mm512_mask_permutexvar_ps(vo1, own[g][2], _mm512_add_epi32(at[g], two), row);
+      }
     }
-    const __m512 row = _mm512_maskz_loadu_ps(row_mask, x + (r - 1) * w);
-    _mm512_mask_storeu_ps(e0 + at, m, _mm512_maskz_permutexvar_ps(e0_lanes, at_e0, row));
-    _mm512_mask_storeu_ps(o0 + at, m, _mm512_permutexvar_ps(at_o0, row));
-    _mm512_mask_storeu_ps(e1 + at, m, _mm512_permutexvar_ps(at_e1, row));
-    _mm512_mask_storeu_ps(o1 + at, m, _mm512_maskz_permutexvar_ps(o1_lanes, at_o1, row));
+    _mm512_mask_storeu_ps(e0 + r * lanes, m, ve0), _mm512_mask_storeu_ps(o0 + r * lanes, m, vo0);
+    _mm512_mask_storeu_ps(e1 + r * lanes, m, ve1), _mm512_mask_storeu_ps(o1 + r * lanes, m, vo1);
   }
 }
 

@@ -16,17 +16,20 @@ void split_columns(const float* x, int64_t h, int64_t w, int64_t n, int64_t rows
   }
 }
 
-void split_lanes(const float* x, int64_t h, int64_t w, int64_t tw, int64_t g, int64_t lanes, int64_t rows, float* e0,
+void split_lanes(const float* const* x, int64_t images, int64_t h, int64_t w, int64_t tw, int64_t rows, float* e0,
                  float* e1, float* o0, float* o1) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t y = r - 1;  // padded row r is the plane's row r - 1, padded column c its column c - 1
-    auto at = [&](int64_t column) { return y >= 0 && y < h && column >= 0 && column < w ? x[y * w + column] : 0.0f; };
-    for (int64_t tx = 0; tx < tw; ++tx) {
-      const int64_t l = r * lanes + g * tw + tx;
-      e0[l] = at(2 * tx - 1);  // e[tx], o[tx], e[tx + 1], o[tx + 1] of split_columns
-      o0[l] = at(2 * tx);
-      e1[l] = at(2 * tx + 1);
-      o1[l] = at(2 * tx + 2);
+  const int64_t lanes = images * tw;
+  for (int64_t g = 0; g < images; ++g) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t y = r - 1;  // padded row r is the plane's row r - 1, padded column c its column c - 1
+      auto at = [&](int64_t column) { return y >= 0 && y < h && column >= 0 && column < w ? x[g][y * w + column] : 0.0f; };
+      for (int64_t tx = 0; tx < tw; ++tx) {
+        const int64_t l = r * lanes + g * tw + tx;
+        e0[l] = at(2 * tx - 1);  // e[tx], o[tx], e[tx + 1], o[tx + 1] of split_columns
+        o0[l] = at(2 * tx);
+        e1[l] = at(2 * tx + 1);
+        o1[l] = at(2 * tx + 2);
+      }
     }
   }
 }

@@ -258,26 +258,33 @@ TEST_P(IsaKernels, WinogradTransformsMatchTheOracleBitForBit) {
     const int64_t images = tw <= w.lanes / 2 ? w.lanes / tw : 1, lanes = images * tw, ld = th * lanes;
     // split_lanes: image g's plane (x shifted by g, so that lanes differ) in lanes g * tw .. of the
     // views, which are e[tx], e[tx + 1], o[tx], o[tx + 1] of the image's split_columns; every lane of
-    // a full group is written (the two start from different values).
+    // a group is written (the two start from different values). A full group, then one image short.
     std::vector<float> views(4 * rows * lanes, 9.0f), views_o(4 * rows * lanes, images > 1 ? 7.0f : 9.0f);
     const std::vector<float> xs = random_floats(rng, h * wd + images);
-    for (int64_t g = 0; g < images && images > 1; ++g) {  // lane groups only: w <= 2 tw <= the vector width
-      float* p = views.data();
-      w.split_lanes(xs.data() + g, h, wd, tw, g, lanes, rows, p, p + rows * lanes, p + 2 * rows * lanes, p + 3 * rows * lanes);
-      float* q = views_o.data();
-      o.split_lanes(xs.data() + g, h, wd, tw, g, lanes, rows, q, q + rows * lanes, q + 2 * rows * lanes, q + 3 * rows * lanes);
-      std::vector<float> e, od;
-      e.assign(rows * n, 9.0f), od.assign(rows * n, 9.0f);
-      o.split_columns(xs.data() + g, h, wd, n, rows, e.data(), od.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t tx = 0; tx < tw; ++tx) {
-          const int64_t at = r * lanes + g * tw + tx;
-          ASSERT_EQ(q[at], e[r * n + tx]) << "e0 row " << r << " tile " << tx;
-          ASSERT_EQ(q[rows * lanes + at], e[r * n + tx + 1]) << "e1 row " << r << " tile " << tx;
-          ASSERT_EQ(q[2 * rows * lanes + at], od[r * n + tx]) << "o0 row " << r << " tile " << tx;
-          ASSERT_EQ(q[3 * rows * lanes + at], od[r * n + tx + 1]) << "o1 row " << r << " tile " << tx;
+    for (int64_t imgs = images; imgs >= images - 1 && imgs > 1; --imgs) {  // lane groups: w <= 2 tw <= lanes
+      const float* planes[16];
+      for (int64_t g = 0; g < imgs; ++g) planes[g] = xs.data() + g;
+      const int64_t lw = imgs * tw;
+      std::vector<float> got(4 * rows * lw, 9.0f), want(4 * rows * lw, 7.0f);
+      float *p = got.data(), *q = want.data();
+      w.split_lanes(planes, imgs, h, wd, tw, rows, p, p + rows * lw, p + 2 * rows * lw, p + 3 * rows * lw);
+      o.split_lanes(planes, imgs, h, wd, tw, rows, q, q + rows * lw, q + 2 * rows * lw, q + 3 * rows * lw);
+      ASSERT_EQ(got, want) << imgs << " images";
+      for (int64_t g = 0; g < imgs; ++g) {
+        std::vector<float> e, od;
+        e.assign(rows * n, 9.0f), od.assign(rows * n, 9.0f);
+        o.split_columns(planes[g], h, wd, n, rows, e.data(), od.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t tx = 0; tx < tw; ++tx) {
+            const int64_t at = r * lw + g * tw + tx;
+            ASSERT_EQ(q[at], e[r * n + tx]) << "e0 row " << r << " tile " << tx;
+            ASSERT_EQ(q[rows * lw + at], e[r * n + tx + 1]) << "e1 row " << r << " tile " << tx;
+            ASSERT_EQ(q[2 * rows * lw + at], od[r * n + tx]) << "o0 row " << r << " tile " << tx;
+            ASSERT_EQ(q[3 * rows * lw + at], od[r * n + tx + 1]) << "o1 row " << r << " tile " << tx;
+          }
         }
       }
+      if (imgs == images) views = got, views_o = want;
     }
     ASSERT_EQ(views, views_o);
     const float* p = views.data();
