@@ -142,15 +142,21 @@ T* thread_scratch(int slot, int64_t n) {
 
 namespace demi::backend::cpu {
 
-// Sum of n fp32 values in double, in eight independent lanes that the compiler vectorises (Eigen's
-// cast<double>().sum() goes element by element, 5x slower).
+// Sum of n fp32 values in double, in 32 independent lanes that the compiler vectorises: eight vectors
+// of four doubles, so that eight additions are in flight (Eigen's cast<double>().sum() goes element
+// by element, 5x slower; eight lanes, two additions in flight, took 8% of AirNet's bf16
+// backward-weight for the bias sums).
 inline double sum_double(const float* x, int64_t n) {
-  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  constexpr int kLanes = 32;
+  double lane[kLanes] = {};
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(x[i + j]);
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(x[i + j]);
   }
-  double sum = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+  for (int width = kLanes / 2; width > 0; width /= 2) {  // pairwise: lane j += lane j + width
+    for (int j = 0; j < width; ++j) lane[j] += lane[j + width];
+  }
+  double sum = lane[0];
   for (; i < n; ++i) sum += static_cast<double>(x[i]);
   return sum;
 }
