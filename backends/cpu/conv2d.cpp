@@ -668,13 +668,6 @@ void backward_weight_bf16(const Conv2dArgs& a, const ConvGeom& g, float* partial
     const int64_t max_depth = std::max(ni * plane, wk.rows * g.ow), max_lda = bf::k_padded(max_depth);
     BF16* col = thread_scratch<BF16>(kSlotCol, bf::m_padded(ckk) * max_lda);
     BF16* gy = thread_scratch<BF16>(kSlotGradYT, g.o * (max_depth + 1));
-    if (want_bias) {
-      for (int64_t k = 0; k < ni; ++k) {
-        for (int64_t o = 0; o < g.o; ++o) {
-          bias_partial[t * g.o + o] += sum_double(grad_y + ((i0 + k) * g.o + o) * plane, plane);
-        }
-      }
-    }
     // col (lda apart) and gy (gy_ld apart) hold depth columns: accumulate.
     auto accumulate = [&](int64_t depth, int64_t lda, int64_t gy_ld) {
       bf::pad_a(bits(col), lda, ckk, depth);
@@ -689,8 +682,14 @@ void backward_weight_bf16(const Conv2dArgs& a, const ConvGeom& g, float* partial
           std::copy_n(grad_y + ((i0 + k) * g.o + o) * plane, plane, gy + o * gy_ld + k * plane);
         }
       }
+      if (want_bias) {  // the group's gathered rows, one sum each rather than one a plane
+        for (int64_t o = 0; o < g.o; ++o) bias_partial[t * g.o + o] += sum_double(gy + o * gy_ld, depth);
+      }
       accumulate(depth, lda, gy_ld);
       return;
+    }
+    if (want_bias) {
+      for (int64_t o = 0; o < g.o; ++o) bias_partial[t * g.o + o] += sum_double(grad_y + (i0 * g.o + o) * plane, plane);
     }
     const BF16* x = input + i0 * image;
     for (int64_t oy = 0; oy < g.oh; oy += wk.rows) {
@@ -762,11 +761,8 @@ void backward_weight_bf16_split(const Conv2dArgs& a, const ConvGeom& g, float* g
     parallel_for(ceil_div(g.o, nr), nr * depth, [&](int64_t begin, int64_t end) {
       const int64_t o0 = begin * nr, o1 = std::min(g.o, end * nr);
       for (int64_t o = o0; o < o1; ++o) {
-        for (int64_t k = 0; k < ni; ++k) {
-          const BF16* src = grad_y + ((i0 + k) * g.o + o) * plane;
-          std::copy_n(src, plane, gy + o * ld + k * plane);
-          if (want_bias) bias_sum[o] += sum_double(src, plane);
-        }
+        for (int64_t k = 0; k < ni; ++k) std::copy_n(grad_y + ((i0 + k) * g.o + o) * plane, plane, gy + o * ld + k * plane);
+        if (want_bias) bias_sum[o] += sum_double(gy + o * ld, depth);  // the chunk's row at once, not plane by plane
       }
       bf::pack_bt(bits(gy) + o0 * ld, ld, depth, o1 - o0, pairs, o0);
     });
