@@ -470,18 +470,22 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
     winograd_input(input, i0, ni, ins, wk, v);
     const int64_t max_lanes = wk.lane_images * tw;
     float* split_e = thread_scratch<float>(kSlotGradY, 4 * th * max_lanes);  // then split_o
-    float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotWide, plane);
+    float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotWide, wk.lane_images * plane);
     for (int64_t k0 = 0; k0 < ni; k0 += wk.lane_images) {
       const int64_t images = std::min(wk.lane_images, ni - k0), lanes = images * tw;
       float* split_o = split_e + 2 * th * lanes;
       for (int64_t o = 0; o < outs; ++o) {
-        std::fill(split_e, split_e + 4 * th * lanes, 0.0f);
-        for (int64_t k = k0; k < k0 + images; ++k) {
-          const float* gy = as_float(grad_y + ((i0 + k) * outs + o) * plane, plane, wide);
-          if (want_bias) {
-            bias_partial[t * outs + o] += sum_double(gy, plane);
-          }
-          wg.split_grad_output(gy, g.h, g.w, lanes, (k - k0) * tw, split_e, split_o);
+        const float* planes[16];  // channel o of the group's images, as floats
+        for (int64_t k = 0; k < images; ++k) {
+          planes[k] = as_float(grad_y + ((i0 + k0 + k) * outs + o) * plane, plane, wide ? wide + k * plane : nullptr);
+        }
+        if (images == 1) {  // the plane summed first: the sum's stream brings it into L1 for the split
+          if (want_bias) bias_partial[t * outs + o] += sum_double(planes[0], plane);
+          std::fill(split_e, split_e + 4 * th * lanes, 0.0f);
+          wg.split_grad_output(planes[0], g.h, g.w, lanes, 0, split_e, split_o);
+        } else {  // e and o hold every value of the small planes, and zeros: one sum
+          wg.split_grad_lanes(planes, images, g.h, g.w, tw, 2 * th, split_e, split_o);
+          if (want_bias) bias_partial[t * outs + o] += sum_double(split_e, 4 * th * lanes);
         }
         wg.transform_grad_output(split_e, split_o, th, lanes, z + o * cols + k0 * tiles, outs * cols);
       }

@@ -72,6 +72,11 @@ struct Winograd {
   void (*transform_output)(const float* m, int64_t ld, int64_t oh, int64_t ow, int64_t th, int64_t tw, int64_t images,
                            float bias, float* const* y);
   void (*split_grad_output)(const float* gy, int64_t oh, int64_t ow, int64_t lanes, int64_t lane0, float* e, float* o);
+  // Lane groups (images > 1, ow <= 2 tw <= lanes): the oh x ow output-gradient planes gy[g] split by
+  // column parity straight into the group's rows (e, o: rows x lanes, lanes = images * tw; image g in
+  // lanes g * tw ..), every row written (zeros past the planes).
+  void (*split_grad_lanes)(const float* const* gy, int64_t images, int64_t oh, int64_t ow, int64_t tw, int64_t rows,
+                           float* e, float* o);
   void (*transform_grad_output)(const float* e, const float* o, int64_t th, int64_t lanes, float* z, int64_t ld);
 };
 

@@ -162,6 +162,31 @@ void split_grad_output(const float* gy, int64_t oh, int64_t ow, int64_t lanes, i
   }
 }
 
+// As the AVX-512 file's, 8 lanes (ow <= 8): each image's permuted row blended into its lanes.
+void split_grad_lanes(const float* const* gy, int64_t images, int64_t oh, int64_t ow, int64_t tw, int64_t rows,
+                      float* e, float* o) {
+  const int64_t lanes = images * tw;
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i at[8];    // 2 (lane - g tw): the e index into image g's row
+  __m256 own[8];    // image g's lanes (all bits set)
+  for (int64_t g = 0; g < images; ++g) {
+    at[g] = _mm256_slli_epi32(_mm256_sub_epi32(lane, _mm256_set1_epi32(static_cast<int>(g * tw))), 1);
+    own[g] = _mm256_castsi256_ps(_mm256_andnot_si256(lane_mask(g * tw), lane_mask(g * tw + tw)));
+  }
+  const __m256i one = _mm256_set1_epi32(1), m = lane_mask(lanes), row_mask = lane_mask(ow);
+  for (int64_t y = 0; y < rows; ++y) {
+    __m256 ve = _mm256_setzero_ps(), vo = _mm256_setzero_ps();
+    if (y < oh) {
+      for (int64_t g = 0; g < images; ++g) {
+        const __m256 row = load(gy[g] + y * ow, row_mask);
+        ve = _mm256_blendv_ps(ve, _mm256_permutevar8x32_ps(row, at[g]), own[g]);
+        vo = _mm256_blendv_ps(vo, _mm256_permutevar8x32_ps(row, _mm256_add_epi32(at[g], one)), own[g]);
+      }
+    }
+    store(e + y * lanes, m, ve), store(o + y * lanes, m, vo);
+  }
+}
+
 void transform_grad_output(const float* e, const float* o, int64_t th, int64_t lanes, float* z, int64_t ld) {
   const __m256 zero = _mm256_setzero_ps();
   for (int64_t ty = 0; ty < th; ++ty) {
@@ -185,6 +210,6 @@ void transform_grad_output(const float* e, const float* o, int64_t th, int64_t l
 }  // namespace
 
 extern const Winograd kWinogradAvx2 = {kLanes,           split_columns,     split_lanes,         transform_input,
-                                       transform_output, split_grad_output, transform_grad_output};
+                                       transform_output, split_grad_output, split_grad_lanes, transform_grad_output};
 
 }  // namespace demi::backend::cpu::isa

@@ -173,6 +173,34 @@ void split_grad_output(const float* gy, int64_t oh, int64_t ow, int64_t lanes, i
   }
 }
 
+// As split_lanes for the output gradient: lane g * tw + l of row y is image g's column 2l (e) and
+// 2l + 1 (o) of row y (ow <= 16, so no index passes the vector); one store per row and view.
+void split_grad_lanes(const float* const* gy, int64_t images, int64_t oh, int64_t ow, int64_t tw, int64_t rows,
+                      float* e, float* o) {
+  const int64_t lanes = images * tw;
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512i at[16];        // 2 (lane - g tw): the e index into image g's row
+  __mmask16 own[16];     // image g's lanes
+  for (int64_t g = 0; g < images; ++g) {
+    at[g] = _mm512_slli_epi32(_mm512_sub_epi32(lane, _mm512_set1_epi32(static_cast<int>(g * tw))), 1);
+    own[g] = static_cast<__mmask16>(lane_mask(g * tw + tw) & ~lane_mask(g * tw));
+  }
+  const __m512i one = _mm512_set1_epi32(1);
+  const __mmask16 m = lane_mask(lanes), row_mask = lane_mask(ow);
+  for (int64_t y = 0; y < rows; ++y) {
+    __m512 ve = _mm512_setzero_ps(), vo = _mm512_setzero_ps();
+    if (y < oh) {
+      for (int64_t g = 0; g < images; ++g) {
+        const __m512 row = _mm512_maskz_loadu_ps(row_mask, gy[g] + y * ow);
+        ve = _mm512_mask_permutexvar_ps(ve, own[g], at[g], row);
+        vo = _mm512_mask_permutexvar_ps(vo, own[g], _mm512_add_epi32(at[g], one), row);
+      }
+    }
+    _mm512_mask_storeu_ps(e + y * lanes, m, ve);
+    _mm512_mask_storeu_ps(o + y * lanes, m, vo);
+  }
+}
+
 // Z for th rows of tiles `lanes` wide from split rows e, o (2 th rows of `lanes`): point xi of lane l
 // of tile row ty goes to z[xi * ld + ty * lanes + l].
 //   A dY A^T with A^T = | 1 1  1  0 |: rows y0, y0 + y1, y0 - y1, -y1 of the 2x2 block, then the
@@ -201,6 +229,6 @@ void transform_grad_output(const float* e, const float* o, int64_t th, int64_t l
 }  // namespace
 
 extern const Winograd kWinogradAvx512 = {16,           split_columns,     split_lanes,         transform_input,
-                                         transform_output, split_grad_output, transform_grad_output};
+                                         transform_output, split_grad_output, split_grad_lanes, transform_grad_output};
 
 }  // namespace demi::backend::cpu::isa

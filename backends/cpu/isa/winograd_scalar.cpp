@@ -82,6 +82,20 @@ void split_grad_output(const float* gy, int64_t oh, int64_t ow, int64_t lanes, i
   }
 }
 
+void split_grad_lanes(const float* const* gy, int64_t images, int64_t oh, int64_t ow, int64_t tw, int64_t rows,
+                      float* e, float* o) {
+  const int64_t lanes = images * tw;
+  for (int64_t g = 0; g < images; ++g) {
+    for (int64_t y = 0; y < rows; ++y) {
+      auto at = [&](int64_t x) { return y < oh && x < ow ? gy[g][y * ow + x] : 0.0f; };
+      for (int64_t tx = 0; tx < tw; ++tx) {
+        e[y * lanes + g * tw + tx] = at(2 * tx);
+        o[y * lanes + g * tw + tx] = at(2 * tx + 1);
+      }
+    }
+  }
+}
+
 void transform_grad_output(const float* e, const float* o, int64_t th, int64_t lanes, float* z, int64_t ld) {
   for (int64_t ty = 0; ty < th; ++ty) {
     for (int64_t l = 0; l < lanes; ++l) {
@@ -103,6 +117,6 @@ void transform_grad_output(const float* e, const float* o, int64_t th, int64_t l
 }  // namespace
 
 extern const Winograd kWinogradScalar = {16,           split_columns,     split_lanes,         transform_input,
-                                         transform_output, split_grad_output, transform_grad_output};
+                                         transform_output, split_grad_output, split_grad_lanes, transform_grad_output};
 
 }  // namespace demi::backend::cpu::isa

@@ -309,10 +309,25 @@ TEST_P(IsaKernels, WinogradTransformsMatchTheOracleBitForBit) {
     }
     std::vector<float> se1(4 * th * lanes, 0.0f), se2(4 * th * lanes, 0.0f);
     for (int64_t g = 0; g < images; ++g) {
-      w.split_grad_output(x.data(), h, wd, lanes, g * tw, se1.data(), se1.data() + 2 * th * lanes);
-      o.split_grad_output(x.data(), h, wd, lanes, g * tw, se2.data(), se2.data() + 2 * th * lanes);
+      w.split_grad_output(xs.data() + g, h, wd, lanes, g * tw, se1.data(), se1.data() + 2 * th * lanes);
+      o.split_grad_output(xs.data() + g, h, wd, lanes, g * tw, se2.data(), se2.data() + 2 * th * lanes);
     }
     ASSERT_EQ(se1, se2);
+    // split_grad_lanes: the same rows for a whole group at once (every row written), and for a group
+    // one image short.
+    for (int64_t imgs = images; imgs >= images - 1 && imgs > 1; --imgs) {
+      const float* planes[16];
+      for (int64_t g = 0; g < imgs; ++g) planes[g] = xs.data() + g;
+      const int64_t lw = imgs * tw;
+      std::vector<float> got(4 * th * lw, 9.0f), want(4 * th * lw, 0.0f);
+      w.split_grad_lanes(planes, imgs, h, wd, tw, 2 * th, got.data(), got.data() + 2 * th * lw);
+      for (int64_t g = 0; g < imgs; ++g) o.split_grad_output(planes[g], h, wd, lw, g * tw, want.data(), want.data() + 2 * th * lw);
+      ASSERT_EQ(got, want) << imgs << " images";
+      std::vector<float> oracle_rows(4 * th * lw, 7.0f);
+      o.split_grad_lanes(planes, imgs, h, wd, tw, 2 * th, oracle_rows.data(), oracle_rows.data() + 2 * th * lw);
+      ASSERT_EQ(oracle_rows, want) << imgs << " images, oracle";
+      if (imgs == images) se1 = got;
+    }
     std::vector<float> z1(16 * ld, 1.0f), z2(16 * ld, 1.0f);
     w.transform_grad_output(se1.data(), se1.data() + 2 * th * lanes, th, lanes, z1.data(), ld);
     o.transform_grad_output(se1.data(), se1.data() + 2 * th * lanes, th, lanes, z2.data(), ld);
