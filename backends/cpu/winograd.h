@@ -75,11 +75,13 @@ inline void transform_weights(const float* w, int64_t outs, int64_t ins, bool ad
 //   width. One image is the plain layout, ty * tw + tx. conv2d.cpp's WinogradWalk picks the group.
 // - transform_input reads four views of the split columns (isa::SplitLanes), each `lanes` wide per
 //   row: e0[r][lane] = e[r][tx], e1[r][lane] = e[r][tx + 1], o0 and o1 alike from o. For one image
-//   they are e, e + 1, o, o + 1 themselves (stride n); gather_lanes builds them for a group.
+//   they are e, e + 1, o, o + 1 themselves (stride n); for a group, split_lanes writes them straight
+//   from the group's planes, a whole row of lanes at a time.
 // - The weight gradient: dL/dU = sum over tiles of (A dY A^T) . V, dL/dg = G^T (dL/dU) G, with
-//   Z = A dY A^T laid out as V: each output-gradient plane of a lane group is split by column parity
-//   into its lanes (split_grad_output; the caller zeroes e and o first, tiles past the plane read
-//   zeros), then Z comes from the group's split rows at once (transform_grad_output).
+//   Z = A dY A^T laid out as V: the output-gradient planes are split by column parity into rows of
+//   lanes (one plane: split_grad_output, the caller zeroing e and o first so that tiles past the
+//   plane read zeros; a lane group: split_grad_lanes, every row written), then Z comes from the
+//   split rows at once (transform_grad_output).
 
 // dL/dg = G^T du G for one filter: du is the 4x4 gradient of its transformed filter (point xi at
 // du[xi * stride]); g is written as 3x3 values at g[(r * 3 + c) * g_stride].
