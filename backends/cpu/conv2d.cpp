@@ -218,20 +218,26 @@ bool use_winograd(const ConvGeom& g) {
   return 16 * tiles <= 6 * g.plane();  // <= 0.67x the direct convolution's multiplies
 }
 
-// How the Winograd paths walk a batch: tiles of h x w planes, images in groups of at least 384
-// tiles (the GEMMs' columns) and a whole number of groups per thread (AirNet's 7x7 layers ran
-// groups of 24, 24, 24 | 24, 24, 8 on two threads).
+// How the Winograd paths walk a batch: tiles of h x w planes, images in groups of at least
+// `min_cols` tiles (the GEMMs' columns) and a whole number of groups per thread.
 // Within a group, planes with at most half a vector of tiles a row go through the transforms
 // `lane_images` at a time, side by side in the vector lanes (winograd.h, "Lane groups"): with 16
 // lanes (AVX-512) 4 for 7x7 and 2 for 15x15, with 8 (AVX2) 2 for 7x7.
 struct WinogradWalk {
   int64_t h, w, th, tw, tiles, per_group, lane_images;
-  WinogradWalk(int64_t n, int64_t h_, int64_t w_, int threads, int64_t lanes)
+  WinogradWalk(int64_t n, int64_t h_, int64_t w_, int threads, int64_t lanes, int64_t min_cols)
       : h(h_), w(w_), th(ceil_div(h_, 2)), tw(ceil_div(w_, 2)), tiles(th * tw),
         lane_images(tw <= lanes / 2 ? lanes / tw : 1) {
-    per_group = balanced_group(n, ceil_div(384, tiles), threads);
+    per_group = balanced_group(n, ceil_div(min_cols, tiles), threads);
   }
 };
+// A group's V and M (or Z) are 16 points x channels x columns, written by one transform and read
+// by the next step: 6 MiB each for AirNet's 256-channel layers at 384 columns, far past a 2 MiB L2,
+// while the GEMMs reuse each column for every output channel whatever the group. 128 columns ran
+// AirNet's and SmallCNN's forward and backward-data passes 10-20% faster than 384 (64 was no
+// better, and slower on 15x15 planes). Backward-weight's dot tile sums along the columns, so there
+// a longer sum pays for its fold: 256 when it runs as dots (64 x 64 ran 7% slower at 128).
+constexpr int64_t kWinogradCols = 128, kWinogradDotCols = 256;
 
 // The float view of plane p (plane_size values of T): p itself for fp32, else widened into wide.
 template <typename T>
@@ -286,7 +292,7 @@ void winograd_conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w,
                    int64_t outs, const float* bias, T* output) {
   using winograd::kPoints;
   const isa::Winograd& wg = isa::active().winograd;
-  const WinogradWalk wk(n, h, w, available_threads(), wg.lanes);
+  const WinogradWalk wk(n, h, w, available_threads(), wg.lanes, kWinogradCols);
   const int64_t tiles = wk.tiles, plane = h * w, panel = packed_gemm::packed_size(outs, ins);
   for_each_group(n, Walk{wk.per_group, 0}, 0, [&](int64_t i0, int64_t ni) {
     const int64_t cols = ni * tiles;  // the GEMMs' columns
@@ -432,9 +438,10 @@ void backward_data_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w
 // more, which outweighs packing A and transposing B there. The crossover, m n = 40 (m + n), is
 // where the two met on an AMX Xeon (docs/BENCHMARKS.md): as dots, 27 x 32 ran 40% faster, 32 x 32
 // 20%, 64 x 64 0-10% (the same at avx2), 64 x 128 the same, 64 x 256 and 256 x 256 5-20% slower.
+bool grad_weight_as_dots(int64_t m, int64_t n) { return m * n < 40 * (m + n); }
 void grad_weight_product(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t n, int64_t depth,
                          float* c) {
-  if (m * n < 40 * (m + n)) {
+  if (grad_weight_as_dots(m, n)) {
     packed_gemm::gemm_nt(a, lda, m, b, ldb, n, depth, c, n, packed_gemm::Accumulate::Yes);
     return;
   }
@@ -454,7 +461,7 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
                               int threads) {
   using winograd::kPoints;
   const isa::Winograd& wg = isa::active().winograd;
-  const WinogradWalk wk(g.n, g.h, g.w, threads, wg.lanes);
+  const WinogradWalk wk(g.n, g.h, g.w, threads, wg.lanes, grad_weight_as_dots(g.c, g.o) ? kWinogradDotCols : kWinogradCols);
   const int64_t ins = g.c, outs = g.o, plane = g.h * g.w, th = wk.th, tw = wk.tw, tiles = wk.tiles;
   const int64_t usize = kPoints * ins * outs;
   float* du = thread_scratch<float>(kSlotWinograd, threads * usize);  // dU^T[xi][in][out] per thread
