@@ -279,6 +279,37 @@ BENCHMARK_CAPTURE(BM_BatchNorm, f32_backward, DType::F32, BnPass::Backward)->Arg
 BENCHMARK_CAPTURE(BM_BatchNorm, bf16_forward, DType::BF16, BnPass::Forward)->ArgName("layer")->DenseRange(0, std::size(kBatchNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_BatchNorm, bf16_backward, DType::BF16, BnPass::Backward)->ArgName("layer")->DenseRange(0, std::size(kBatchNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
+// AirNet's seven GELUs at batch 128 (its stem's output, then after each batch norm), forward
+// (y = x Phi(x)) and backward (grad_x from grad_y and x) per iteration: GB/s of x read once.
+constexpr ConvShape kAirNetGelus[] = {{24, 24, 31}, {64, 64, 15}, {64, 64, 15}, {256, 256, 7},
+                                      {256, 256, 7}, {256, 256, 3}, {256, 256, 3}};
+
+void BM_GeluAirNet(benchmark::State& state, DType dtype, Pass pass) {
+  std::vector<Buffer> x, y, gy;
+  double bytes = 0;
+  for (const ConvShape& s : kAirNetGelus) {
+    const Shape shape{kBatch, s.c, s.hw, s.hw};
+    x.emplace_back(dtype, shape), y.emplace_back(dtype, shape), gy.emplace_back(dtype, shape);
+    bytes += double(shape_numel(shape)) * dtype_size(dtype);
+  }
+  Kernels& k = kernels_for(Device::cpu());
+  for (auto _ : state) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (pass == Pass::Forward) {
+        k.unary(UnaryKind::Gelu, x[i].ref(), y[i].ref());
+      } else {
+        k.binary(BinaryKind::GeluBackward, gy[i].ref(), x[i].ref(), y[i].ref());
+      }
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(BM_GeluAirNet, f32_forward, DType::F32, Pass::Forward)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GeluAirNet, f32_backward, DType::F32, Pass::BackwardData)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GeluAirNet, bf16_forward, DType::BF16, Pass::Forward)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GeluAirNet, bf16_backward, DType::BF16, Pass::BackwardData)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace demi::backend
 

@@ -32,6 +32,8 @@ const Case kCases[] = {
     // A channel of 1125 values: half types sum their widened channel in blocks of 1024 that cut a
     // plane (batch_norm.cpp, sum_blocks), with a mean well away from 0.
     {"nchw_channel_past_one_block", {5, 3, 15, 15}, true, 50.0, 2.0},
+    // 7x7 planes: fp32 gathers the channel too (planes under 100 values), 1960 values, two blocks.
+    {"nchw_small_planes_past_one_block", {40, 2, 7, 7}, true, 50.0, 2.0},
 };
 
 std::string describe(const Case& c, DType dtype) {
