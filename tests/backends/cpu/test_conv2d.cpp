@@ -47,12 +47,13 @@ const Case kCases[] = {
     {"k3_pad1_image_groups_and_remainder", 13, 4, 8, 8, 5, 3, 3, 1, 1, 1, 1, true},  // 8x8: groups of 6
     // Winograd F(2x2, 3x3) (>= 16 channels each way): odd planes (half tiles at the right and bottom
     // edges), channel counts not multiples of 8, groups of 2 images of 32x32 with a remainder;
-    // small planes transformed several images a vector (4 of 7x7, 8 of 4x4) with partial lane groups.
+    // small planes transformed several images a vector (4 of 7x7, 8 of 4x4 or 3x3) with partial lane groups.
     {"winograd_odd_plane", 3, 16, 15, 13, 20, 3, 3, 1, 1, 1, 1, true},
     {"winograd_7x7_ragged_channels", 4, 17, 7, 7, 23, 3, 3, 1, 1, 1, 1, false},
     {"winograd_image_groups_and_remainder", 5, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, true},
     {"winograd_7x7_lane_groups_and_remainders", 11, 16, 7, 7, 18, 3, 3, 1, 1, 1, 1, true},
     {"winograd_4x4_eight_images_a_vector", 19, 16, 4, 4, 16, 3, 3, 1, 1, 1, 1, false},
+    {"winograd_3x3_planes_lane_groups", 11, 16, 3, 3, 20, 3, 3, 1, 1, 1, 1, true},  // AirNet's last layers
     // Backward-weight's products (conv2d.cpp, grad_weight_product): the ones above are small enough
     // for the dot tile; these two are wide enough for the packed tile (Winograd's 64 x 128, and
     // im2col's 144 x 66 in groups of images).
