@@ -54,7 +54,7 @@ void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t l
   // passes over while the block stays in L1. With enough panels to pay for it, the block is first
   // copied into contiguous rows: read in place (rows ldb apart), a block's rows fell into a quarter
   // of L1's sets and were fetched from L2 for every panel (AirNet's Winograd GEMMs, 256 x 256 x 128:
-  // 200 GFLOP/s a core against 227 with the copy, AMX Xeon).
+  // 200 GFLOP/s a core against 217 with the copy, AMX Xeon).
   alignas(64) static thread_local float strip[kDepthBlock * kMaxTileCols];
   DEMI_INTERNAL_CHECK(t.nr <= kMaxTileCols, "packed_gemm: tile of ", t.nr, " columns");
   for (int64_t col = 0; col < n; col += t.nr) {
