@@ -59,7 +59,7 @@ void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t l
   DEMI_INTERNAL_CHECK(t.nr <= kMaxTileCols, "packed_gemm: tile of ", t.nr, " columns");
   for (int64_t col = 0; col < n; col += t.nr) {
     const int64_t cols = std::min(t.nr, n - col);
-    for (int64_t k0 = 0; k0 < k; k0 += kDepthBlock) {
+    for (int64_t k0 = 0; k0 == 0 || k0 < k; k0 += kDepthBlock) {  // k = 0 still writes C = init
       const int64_t depth = std::min(kDepthBlock, k - k0);
       const float* block = b + k0 * ldb + col;
       int64_t ld = ldb;
