@@ -1,0 +1,79 @@
+// Pins packed_gemm::gemm (backends/cpu/packed_gemm.cpp), the fp32 walk under the convolutions, to a
+// naive fp64 loop: column strips cut into depth blocks of 128 rows, copied into contiguous rows
+// when C has 8 or more panels and the block is deeper than 64 rows, with init (bias) and
+// accumulate. The shapes straddle each of those limits. Every case runs once per ISA level.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa_test.h"
+#include "backends/cpu/packed_gemm.h"
+#include "support/tolerance.h"
+
+namespace demi::backend::cpu {
+namespace {
+
+struct Case {
+  const char* name;
+  int64_t m, k, n;
+  bool init, accumulate;
+};
+
+const Case kCases[] = {
+    {"depth_zero_writes_init", 16, 0, 50, true, false},
+    {"depth_zero_accumulates_nothing", 16, 0, 50, false, true},
+    {"one_block_in_place", 24, 100, 96, true, false},             // 3 panels of 8: never copied
+    {"blocks_in_place", 40, 300, 130, true, false},               // 5 panels: 128 + 128 + 44 rows in place
+    {"copied_blocks_and_a_partial_strip", 64, 300, 130, true, false},
+    {"copied_block_of_one_row_past", 72, 129, 96, false, true},   // 128 copied, then 1 row in place
+    {"shallow_block_in_place", 64, 64, 100, true, false},         // 64 rows: read in place
+    {"copied_ragged_rows_and_columns", 70, 200, 47, true, true},  // the last panel partial
+};
+
+std::string describe(const Case& c) {
+  std::ostringstream out;
+  out << c.name << " m=" << c.m << " k=" << c.k << " n=" << c.n << " init=" << c.init << " accumulate=" << c.accumulate;
+  return out.str();
+}
+
+class PackedGemm : public demi_test::IsaFixture<isa::Level> {};
+INSTANTIATE_TEST_SUITE_P(Isa, PackedGemm, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+
+TEST_P(PackedGemm, MatchesFp64Reference) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(describe(c));
+    const int64_t ldb = c.n + 3, ldc = c.n + 5;  // strides past the columns, as the convolutions' are
+    std::vector<float> a(c.m * c.k), b(c.k * ldb), init(c.m), out(c.m * ldc);
+    for (float& v : a) v = dist(rng);
+    for (float& v : b) v = dist(rng);
+    for (float& v : init) v = dist(rng);
+    for (float& v : out) v = dist(rng);  // C's previous values: kept with accumulate, else overwritten
+    const std::vector<float> before = out;
+    std::vector<float> packed(packed_gemm::packed_size(c.m, c.k) + 1);
+    packed_gemm::pack_a(a.data(), c.k, 1, c.m, c.k, packed.data());
+    packed_gemm::gemm(packed.data(), c.m, c.k, b.data(), ldb, c.n, out.data(), ldc, c.init ? init.data() : nullptr,
+                      c.accumulate ? packed_gemm::Accumulate::Yes : packed_gemm::Accumulate::No);
+    std::vector<double> got, want;
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double sum = c.accumulate ? before[i * ldc + j] : (c.init ? init[i] : 0.0);
+        for (int64_t p = 0; p < c.k; ++p) sum += double(a[i * c.k + p]) * b[p * ldb + j];
+        got.push_back(out[i * ldc + j]);
+        want.push_back(sum);
+      }
+      for (int64_t j = c.n; j < ldc; ++j) {  // the padding past n is never written
+        ASSERT_EQ(out[i * ldc + j], before[i * ldc + j]) << "row " << i << " column " << j;
+      }
+    }
+    demi::test::expect_close(got, want, demi::test::accumulated(DType::F32, c.k + 1));
+  }
+}
+
+}  // namespace
+}  // namespace demi::backend::cpu
