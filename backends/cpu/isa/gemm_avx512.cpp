@@ -79,7 +79,8 @@ void tile_entry(const F32TileArgs& t) {
 // end. Rows past `rows` (columns past `cols`) read row 0 again and are dropped.
 constexpr int64_t kDotRows = 4, kDotCols = 4;  // 16 accumulators
 
-// One step of k (16 values, lanes past `m` zero) for the block: acc[4 * r + c] += a[r] * b[c].
+// One step of k (16 values, lanes past `m` zero) for the block: acc[4 * c + r] += a[r] * b[c], so
+// that fold16 leaves row r of the block in 128-bit lane r.
 // Inlined into dot_tile with acc in its registers (a lambda capturing acc kept it on the stack).
 [[gnu::always_inline]] inline void dot_step(__m512 (&acc)[16], const float* const (&a)[kDotRows],
                                             const float* const (&b)[kDotCols], int64_t j, __mmask16 m) {
@@ -90,7 +91,7 @@ constexpr int64_t kDotRows = 4, kDotCols = 4;  // 16 accumulators
   for (int c = 0; c < kDotCols; ++c) {
     const __m512 bv = _mm512_maskz_loadu_ps(m, b[c] + j);
 #pragma GCC unroll 4
-    for (int r = 0; r < kDotRows; ++r) acc[kDotCols * r + c] = _mm512_fmadd_ps(av[r], bv, acc[kDotCols * r + c]);
+    for (int r = 0; r < kDotRows; ++r) acc[kDotRows * c + r] = _mm512_fmadd_ps(av[r], bv, acc[kDotRows * c + r]);
   }
 }
 
@@ -130,14 +131,17 @@ void dot_tile(const F32DotArgs& t) {
   int64_t j = 0;
   for (; j + 16 <= t.k; j += 16) dot_step(acc, a, b, j, 0xffff);
   if (j < t.k) dot_step(acc, a, b, j, lane_mask(t.k - j));
-  alignas(64) float sum[16];
-  _mm512_store_ps(sum, fold16(acc));
-  for (int64_t r = 0; r < t.rows; ++r) {
-    for (int64_t c = 0; c < t.cols; ++c) {
-      float& out = t.c[r * t.ldc + c];
-      const float value = sum[4 * c + r];  // acc[4 r + c]'s sum (fold16)
-      out = t.accumulate ? out + value : value;
-    }
+  // Row r of the block is 128-bit lane r of the fold: one masked load, add and store a row (16
+  // scalar read-modify-writes were a tenth of a 256-deep call).
+  const __m512 sum = fold16(acc);
+  const __m128 rows[kDotRows] = {_mm512_extractf32x4_ps(sum, 0), _mm512_extractf32x4_ps(sum, 1),
+                                 _mm512_extractf32x4_ps(sum, 2), _mm512_extractf32x4_ps(sum, 3)};
+  const __mmask8 cols = static_cast<__mmask8>((1u << t.cols) - 1);
+#pragma GCC unroll 4
+  for (int r = 0; r < kDotRows; ++r) {
+    if (r >= t.rows) break;
+    float* out = t.c + r * t.ldc;
+    _mm_mask_storeu_ps(out, cols, t.accumulate ? _mm_add_ps(rows[r], _mm_maskz_loadu_ps(cols, out)) : rows[r]);
   }
 }
 
