@@ -10,7 +10,8 @@
 //         | 0  1  0 -1 |        | 0    0    1   |
 //
 // Layouts: U[xi][out][in] (the transformed weights), V[xi][in][tile] and M[xi][out][tile], xi =
-// 4 * row + column of the 4x4 tile; tiles run over whole images, row by row. The input and output
+// 4 * row + column of the 4x4 tile; tiles run over whole images, row by row (conv2d.cpp pads the
+// rows to whole cache lines and the points to an odd number of lines). The input and output
 // transforms are vectorised per ISA level (below); the weight transforms here are plain C++.
 #pragma once
 
