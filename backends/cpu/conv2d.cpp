@@ -220,11 +220,6 @@ bool use_winograd(const ConvGeom& g) {
   return 16 * tiles <= 8 * g.plane();  // <= 0.89x the direct convolution's multiplies
 }
 
-// How the Winograd paths walk a batch: tiles of h x w planes, images in groups of at least
-// `min_cols` tiles (the GEMMs' columns) and a whole number of groups per thread.
-// Within a group, planes with at most half a vector of tiles a row go through the transforms
-// `lane_images` at a time, side by side in the vector lanes (winograd.h, "Lane groups"): with 16
-// lanes (AVX-512) 4 for 7x7 and 2 for 15x15, with 8 (AVX2) 2 for 7x7.
 // n floats rounded up to an odd number of 64-byte lines. The input transform writes 16 points at
 // once and the output transform reads 16: with points a multiple of 4 KiB apart (32 channels x 256
 // columns is 32 KiB) all 16 streams fall in one of L1's 64 sets, 12 ways deep. An odd number of
@@ -232,6 +227,11 @@ bool use_winograd(const ConvGeom& g) {
 // faster (padding each row to an odd number of lines as well gained nothing more).
 inline int64_t odd_lines(int64_t n) { return (ceil_div(n, 16) | 1) * 16; }
 
+// How the Winograd paths walk a batch: tiles of h x w planes, images in groups of at least
+// `min_cols` tiles (the GEMMs' columns) and a whole number of groups per thread.
+// Within a group, planes with at most half a vector of tiles a row go through the transforms
+// `lane_images` at a time, side by side in the vector lanes (winograd.h, "Lane groups"): with 16
+// lanes (AVX-512) 4 for 7x7 and 2 for 15x15, with 8 (AVX2) 2 for 7x7.
 struct WinogradWalk {
   int64_t h, w, th, tw, tiles, per_group, lane_images;
   int64_t row;  // the distance between two channels' rows of V, M or Z: a group's columns, whole lines
@@ -308,7 +308,8 @@ void winograd_conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w,
   const WinogradWalk wk(n, h, w, available_threads(), wg.lanes, kWinogradCols);
   const int64_t tiles = wk.tiles, plane = h * w, panel = packed_gemm::packed_size(outs, ins);
   for_each_group(n, Walk{wk.per_group, 0}, 0, [&](int64_t i0, int64_t ni) {
-    const int64_t cols = ni * tiles, row = wk.row, v_point = wk.point(ins), m_point = wk.point(outs);  // the GEMMs' columns
+    const int64_t cols = ni * tiles;  // the GEMMs' columns
+    const int64_t row = wk.row, v_point = wk.point(ins), m_point = wk.point(outs);
     float* v = thread_scratch<float>(kSlotCol, kPoints * v_point);
     float* m = thread_scratch<float>(kSlotImage, kPoints * m_point);
     float* wide = std::is_same_v<T, float> ? nullptr : thread_scratch<float>(kSlotPackedCol, wk.lane_images * plane);
