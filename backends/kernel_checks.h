@@ -309,6 +309,16 @@ inline BnGeom check_input(const TensorRef& x, const char* op) {
   return {x.shape[0], x.shape[1], x.shape.size() == 4 ? x.shape[2] * x.shape[3] : 1};
 }
 
+// A fused ReLU's coefficients: [4, C] in the statistics' dtype, training mode only.
+inline void check_relu(const BatchNormArgs& args, const BnGeom& g, DType s, const char* op) {
+  if (!args.relu) return;
+  DEMI_CHECK(args.mode == BatchNormMode::Train, op, ": a fused ReLU needs training mode (in eval, apply relu "
+             "after batch_norm)");
+  DEMI_CHECK(args.relu_coef.defined() && args.relu_coef.shape == Shape({4, g.c}) && args.relu_coef.dtype == s, op,
+             ": a fused ReLU needs relu_coef of shape [4, ", g.c, "] and dtype ", s, ", got ",
+             args.relu_coef.defined() ? args.relu_coef.shape : Shape{}, " ", args.relu_coef.dtype);
+}
+
 }  // namespace batch_norm_checks
 
 inline BnGeom check_batch_norm_forward(const BatchNormArgs& args) {
@@ -331,6 +341,7 @@ inline BnGeom check_batch_norm_forward(const BatchNormArgs& args) {
     DEMI_CHECK(args.running_mean.defined() && args.running_var.defined(), op,
                ": eval mode normalises with running_mean and running_var; pass both");
   }
+  check_relu(args, g, s, op);
   return g;
 }
 
@@ -349,6 +360,7 @@ inline BnGeom check_batch_norm_backward(const BatchNormArgs& args) {
   check_param(args.save_invstd, "save_invstd", g, s, op);
   DEMI_CHECK(args.save_mean.defined() && args.save_invstd.defined(), op,
              ": needs save_mean and save_invstd from the training-mode forward");
+  check_relu(args, g, s, op);
   return g;
 }
 

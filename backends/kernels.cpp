@@ -6,6 +6,14 @@
 #include "backends/kernel_checks.h"
 
 namespace demi::backend {
+namespace {
+
+void check_fused_relu(const Kernels& k, bool relu) {
+  DEMI_CHECK(!relu || k.supports(KernelFamily::BatchNormRelu), "batch_norm: the ", k.device(), " backend has no "
+             "fused ReLU; call relu(batch_norm(...)) (demi::batch_norm_relu does so on such devices)");
+}
+
+}  // namespace
 
 void Kernels::cast(const TensorRef& x, const TensorRef& y) {
   check_cast(x, y);
@@ -49,11 +57,16 @@ void Kernels::pool2d_backward(const Pool2dArgs& args) {
   pool2d_backward_impl(args, check_pool2d(args, "pool2d_backward"));
 }
 void Kernels::batch_norm_forward(const BatchNormArgs& args) {
-  batch_norm_forward_impl(args, check_batch_norm_forward(args));
+  const BnGeom g = check_batch_norm_forward(args);
+  check_fused_relu(*this, args.relu);
+  batch_norm_forward_impl(args, g);
 }
 void Kernels::batch_norm_backward(const BatchNormArgs& args) {
-  batch_norm_backward_impl(args, check_batch_norm_backward(args));
+  const BnGeom g = check_batch_norm_backward(args);
+  check_fused_relu(*this, args.relu);
+  batch_norm_backward_impl(args, g);
 }
+
 void Kernels::softmax_forward(SoftmaxKind kind, const TensorRef& x, const TensorRef& y) {
   check_softmax_forward(kind, x, y);
   softmax_forward_impl(kind, x, y);

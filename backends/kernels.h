@@ -112,12 +112,19 @@ struct Pool2dArgs {
 // forward (eval): normalises with running_mean / running_var; save_* are not written.
 // backward (training statistics): reads input, grad_output, weight, save_mean, save_invstd ->
 //   writes grad_input, grad_weight, grad_bias (each optional).
+// relu (training only, KernelFamily::BatchNormRelu): forward writes relu(y) instead of y, bitwise
+//   what a separate ReLU would give, and the per-channel coefficients it normalised with into
+//   relu_coef ([4, C], the statistics' dtype); backward takes grad_output as the gradient of
+//   relu(y) and masks it where y was not positive, recomputing y from input and relu_coef, so y is
+//   never stored and no ReLU pass runs over memory (bitwise the separate ReLU's gradient too).
 enum class BatchNormMode { Train, Eval };
 struct BatchNormArgs {
   BatchNormMode mode = BatchNormMode::Train;
   TensorRef input, output, weight, bias, running_mean, running_var, save_mean, save_invstd;
   TensorRef grad_output, grad_input, grad_weight, grad_bias;
   double momentum = 0.1, eps = 1e-5;
+  bool relu = false;
+  TensorRef relu_coef;
 };
 
 // Softmax or log-softmax over the last dimension, computed in fp32 whatever the storage dtype.
@@ -208,6 +215,7 @@ enum class KernelFamily {
   Conv2d,
   Pool2d,
   BatchNorm,
+  BatchNormRelu,  // batch_norm_* with relu = true
   Softmax,
   CrossEntropy,
   Random,

@@ -2,6 +2,9 @@
 // task. Statistics are fp32 (fp64 for fp64 input, for gradcheck), summed plane by plane into double
 // and formed in two passes (mean, then squared deviations) so that a large mean does not cancel.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "backends/cpu/common.h"
@@ -11,7 +14,7 @@
 namespace demi::backend::cpu {
 namespace {
 
-enum Slot { kSlotX = 0, kSlotG = 1, kSlotY = 2 };
+enum Slot { kSlotX = 0, kSlotG = 1, kSlotY = 2, kSlotMasked = 3 };
 
 template <typename T>
 using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
@@ -96,22 +99,137 @@ void store_channel(const acc_t<T>* buf, T* out, const BnGeom& g, int64_t c) {
   for (int64_t n = 0; n < g.n; ++n) convert_n(buf + n * g.hw, out + (n * g.c + c) * g.hw, g.hw);
 }
 
-// y = (x - mean) * scale + shift over one plane, rounded once into T. The mean comes as hi + lo
-// (hi = the mean rounded to Acc): x - hi is exact for x near the mean, so a large mean (say 1000
-// over a spread of 1) costs no accuracy in fp32.
+// What normalises a channel: y = ((x - hi) - lo) * scale + shift, with the mean as hi + lo (hi =
+// the mean rounded to Acc): x - hi is exact for x near the mean, so a large mean (say 1000 over a
+// spread of 1) costs no accuracy in fp32.
+template <typename Acc>
+struct NormCoef {
+  Acc hi, lo, scale, shift;
+};
+
+// out = y over len values; ReluMask evaluates the same expression on single values.
+template <typename Acc>
+void normalize(const Acc* x, Acc* out, int64_t len, const NormCoef<Acc>& k) {
+  ArrayMap<Acc>(out, len) = ((ConstArrayMap<Acc>(x, len) - k.hi) - k.lo) * k.scale + k.shift;
+}
+
+// The largest y that rounds to zero in T (round to nearest even, subnormals kept): y in
+// [-band, band] stores as a signed zero. A separate ReLU on the stored T value zeroes negatives
+// but keeps -0 and NaN, and passes the gradient where the stored value is > 0; on y in Acc that is
+// "y < -band -> 0" forward and "y > band" backward.
 template <typename T>
-void normalize_plane(const acc_t<T>* x, T* y, int64_t hw, acc_t<T> mean_hi, acc_t<T> mean_lo, acc_t<T> scale,
-                     acc_t<T> shift) {
-  using Acc = acc_t<T>;
-  const ConstArrayMap<Acc> xp(x, hw);
-  if constexpr (std::is_same_v<T, Acc>) {
-    ArrayMap<T>(y, hw) = ((xp - mean_hi) - mean_lo) * scale + shift;
+constexpr acc_t<T> relu_zero_band() {
+  if constexpr (std::is_same_v<T, Eigen::half>) {
+    return 0x1p-25f;  // half the smallest fp16 subnormal
+  } else if constexpr (std::is_same_v<T, Eigen::bfloat16>) {
+    return 0x1p-134f;  // half the smallest bf16 subnormal
   } else {
-    Acc* buf = thread_scratch<Acc>(kSlotY, hw);
-    ArrayMap<Acc>(buf, hw) = ((xp - mean_hi) - mean_lo) * scale + shift;
-    convert_n(buf, y, hw);
+    static_assert(std::is_same_v<T, acc_t<T>>, "a half type without its band");
+    return acc_t<T>(0);
   }
 }
+
+template <typename T>
+void relu_in_place(acc_t<T>* y, int64_t len) {
+  using Acc = acc_t<T>;
+  const Acc band = relu_zero_band<T>();
+  for (int64_t i = 0; i < len; ++i) y[i] = y[i] < -band ? Acc(0) : y[i];
+}
+
+// Where a channel's y = ((x - hi) - lo) * scale + shift is above the band, as a test on x alone.
+// Each step is one separately rounded operation (this file is built without contraction), so y is
+// monotone in x, and "y > band" is "x > t" for scale > 0, "x < t" for scale < 0, for one t found by
+// bisection over the floats with the forward's very arithmetic; for scale = 0, y = shift for every
+// finite x (an infinite x gives NaN). A compare per value instead of recomputing y (which cost more
+// than the separate ReLU it replaces).
+template <typename T>
+class ReluMask {
+ public:
+  using Acc = acc_t<T>;
+  using Key = std::conditional_t<sizeof(Acc) == 4, int32_t, int64_t>;
+  using UKey = std::make_unsigned_t<Key>;
+
+  ReluMask() = default;  // masks everything
+  explicit ReluMask(const NormCoef<Acc>& k) {
+    const Acc band = relu_zero_band<T>();
+    if (k.scale == Acc(0)) {
+      constant_ = k.shift > band;
+      return;
+    }
+    auto keep = [&](Key key) { return ((from_key(key) - k.hi) - k.lo) * k.scale + k.shift > band; };
+    const Acc inf = std::numeric_limits<Acc>::infinity();
+    Key lo = to_key(std::numeric_limits<Acc>::lowest()), hi = to_key(std::numeric_limits<Acc>::max());
+    const bool lo_keeps = keep(lo), hi_keeps = keep(hi);
+    side_ = k.scale > Acc(0) ? 1 : -1;
+    if (lo_keeps == hi_keeps) {  // every finite x alike; an infinite one gives y = +-inf
+      if (side_ > 0) t_ = lo_keeps ? -inf : from_key(hi);
+      if (side_ < 0) t_ = lo_keeps ? inf : from_key(lo);
+      return;
+    }
+    while (static_cast<UKey>(hi) - static_cast<UKey>(lo) > 1) {  // keep(lo) != keep(hi) throughout
+      const Key mid = static_cast<Key>(static_cast<UKey>(lo) + (static_cast<UKey>(hi) - static_cast<UKey>(lo)) / 2);
+      (keep(mid) == hi_keeps ? hi : lo) = mid;
+    }
+    t_ = side_ > 0 ? from_key(lo) : from_key(hi);  // x above the last dropped, or below the first
+  }
+
+  // out = g where y > band, else 0.
+  void apply(const Acc* x, const Acc* g, Acc* out, int64_t len) const {
+    // g read unconditionally: then each loop is a compare and an and, not a masked load.
+    if (side_ > 0) {
+      for (int64_t i = 0; i < len; ++i) {
+        const Acc gi = g[i];
+        out[i] = x[i] > t_ ? gi : Acc(0);
+      }
+    } else if (side_ < 0) {
+      for (int64_t i = 0; i < len; ++i) {
+        const Acc gi = g[i];
+        out[i] = x[i] < t_ ? gi : Acc(0);
+      }
+    } else {
+      const Acc inf = std::numeric_limits<Acc>::infinity();
+      for (int64_t i = 0; i < len; ++i) {
+        const Acc gi = g[i];
+        out[i] = constant_ && std::abs(x[i]) < inf ? gi : Acc(0);
+      }
+    }
+  }
+
+ private:
+  // Floats in order as integers: the sign-magnitude bits folded so that comparing keys compares
+  // values (-0 and +0 are neighbours; NaN is never asked for).
+  static Key to_key(Acc v) {
+    Key bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return bits < 0 ? std::numeric_limits<Key>::min() - bits : bits;
+  }
+  static Acc from_key(Key key) {
+    const Key bits = key < 0 ? std::numeric_limits<Key>::min() - key : key;
+    Acc v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+  }
+
+  int side_ = 0;  // 1: keep x > t; -1: keep x < t; 0: keep finite x when constant_
+  Acc t_ = 0;
+  bool constant_ = false;
+};
+
+// Room for a masked gradient of up to `len` values in this thread's scratch, handed out at the
+// same offset within a 64-byte line as the gradient it replaces: Eigen's sums start at the first
+// aligned packet, so the same values elsewhere would be summed in another order than a separate
+// ReLU's output (allocated aligned, like grad_output) and differ in the last bit.
+template <typename Acc>
+class MaskedGrad {
+ public:
+  MaskedGrad() = default;
+  explicit MaskedGrad(int64_t len) : base_(thread_scratch<Acc>(kSlotMasked, len + 64 / sizeof(Acc))) {}
+  explicit operator bool() const { return base_ != nullptr; }
+  Acc* like(const Acc* g) const { return base_ + reinterpret_cast<uintptr_t>(g) % 64 / sizeof(Acc); }
+
+ private:
+  Acc* base_ = nullptr;
+};
 
 template <typename T, typename S>
 void forward(const BatchNormArgs& a, const BnGeom& g) {
@@ -167,25 +285,36 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
         mean = static_cast<double>(a.running_mean.as<S>()[c]);
         invstd = 1.0 / std::sqrt(static_cast<double>(a.running_var.as<S>()[c]) + a.eps);
       }
-      const Acc hi = static_cast<Acc>(mean), lo = static_cast<Acc>(mean - static_cast<double>(hi));
-      const Acc scale = static_cast<Acc>(invstd * (weight ? static_cast<double>(weight[c]) : 1.0));
-      const Acc shift = static_cast<Acc>(bias ? static_cast<double>(bias[c]) : 0.0);
-      if (whole) {  // the channel in one expression, then rounded plane by plane
+      const Acc hi = static_cast<Acc>(mean);
+      const NormCoef<Acc> k{hi, static_cast<Acc>(mean - static_cast<double>(hi)),
+                            static_cast<Acc>(invstd * (weight ? static_cast<double>(weight[c]) : 1.0)),
+                            static_cast<Acc>(bias ? static_cast<double>(bias[c]) : 0.0)};
+      if (a.relu) {
+        S* coef = a.relu_coef.as<S>();
+        coef[c] = k.hi, coef[g.c + c] = k.lo, coef[2 * g.c + c] = k.scale, coef[3 * g.c + c] = k.shift;
+      }
+      if (whole) {  // the channel at once, then rounded plane by plane
         Acc* buf = thread_scratch<Acc>(kSlotY, g.count());
-        ArrayMap<Acc>(buf, g.count()) = ((ConstArrayMap<Acc>(whole, g.count()) - hi) - lo) * scale + shift;
+        normalize(whole, buf, g.count(), k);
+        if (a.relu) relu_in_place<T>(buf, g.count());
         store_channel(buf, y, g, c);
         continue;
       }
       for (int64_t n = 0; n < g.n; ++n) {
         const int64_t off = (n * g.c + c) * g.hw;
-        normalize_plane(xs.plane(n), y + off, g.hw, hi, lo, scale, shift);
+        Acc* buf;  // y itself in fp32 / fp64
+        if constexpr (std::is_same_v<T, Acc>) buf = y + off; else buf = thread_scratch<Acc>(kSlotY, g.hw);
+        normalize(xs.plane(n), buf, g.hw, k);
+        if (a.relu) relu_in_place<T>(buf, g.hw);
+        if constexpr (!std::is_same_v<T, Acc>) convert_n(buf, y + off, g.hw);
       }
     }
   });
 }
 
 // grad_x = invstd * w * (g - mean(g) - xhat * mean(g * xhat)), grad_w = sum(g * xhat),
-// grad_b = sum(g), with xhat = (x - mean) * invstd from the forward's saved statistics.
+// grad_b = sum(g), with xhat = (x - mean) * invstd from the forward's saved statistics. With a
+// fused ReLU, g is grad_output masked where the forward's y was not positive.
 template <typename T, typename S>
 void backward(const BatchNormArgs& a, const BnGeom& g) {
   using Acc = acc_t<T>;
@@ -193,6 +322,7 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
   const T* gy = a.grad_output.as<T>();
   T* gx = a.grad_input.defined() ? a.grad_input.as<T>() : nullptr;
   const S* weight = a.weight.defined() ? a.weight.as<S>() : nullptr;
+  const S* relu_coef = a.relu ? a.relu_coef.as<S>() : nullptr;
   const double count = static_cast<double>(g.count());
   parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
@@ -203,6 +333,27 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
       const Acc* x_whole = xs.widened();
       const Acc* g_whole = gs.widened();
       const bool whole = x_whole && g_whole;
+      // With a fused ReLU, the masked gradient: the whole channel once, or plane by plane in each
+      // pass (masking again is a compare a value; a channel-sized copy read back was slower).
+      ReluMask<T> relu_mask;
+      MaskedGrad<Acc> masked;
+      if (relu_coef) {
+        relu_mask = ReluMask<T>({relu_coef[c], relu_coef[g.c + c], relu_coef[2 * g.c + c], relu_coef[3 * g.c + c]});
+        masked = MaskedGrad<Acc>(whole ? g.count() : g.hw);
+      }
+      if (whole && masked) {
+        Acc* out = masked.like(g_whole);
+        relu_mask.apply(x_whole, g_whole, out, g.count());
+        g_whole = out;
+      }
+      // Plane n of the gradient (masked: valid until the next call).
+      auto g_plane = [&](int64_t n, const Acc* xp) {
+        const Acc* gn = gs.plane(n);
+        if (!masked) return gn;
+        Acc* out = masked.like(gn);
+        relu_mask.apply(xp, gn, out, g.hw);
+        return static_cast<const Acc*>(out);
+      };
       double sum_g = 0, sum_gd = 0;  // sum(g), sum(g * (x - mean))
       if (whole) {
         sum_g = sum_double(g_whole, g.count());
@@ -212,7 +363,7 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
       } else {
         for (int64_t n = 0; n < g.n; ++n) {
           const ConstArrayMap<Acc> xp(xs.plane(n), g.hw);
-          const ConstArrayMap<Acc> gp(gs.plane(n), g.hw);
+          const ConstArrayMap<Acc> gp(g_plane(n, xp.data()), g.hw);
           sum_g += sum_double(gp.data(), g.hw);
           sum_gd += static_cast<double>((gp * (xp - mean_acc)).sum());
         }
@@ -234,7 +385,7 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
       for (int64_t n = 0; n < g.n; ++n) {
         const int64_t off = (n * g.c + c) * g.hw;
         const ConstArrayMap<Acc> xp(xs.plane(n), g.hw);
-        const ConstArrayMap<Acc> gp(gs.plane(n), g.hw);
+        const ConstArrayMap<Acc> gp(g_plane(n, xp.data()), g.hw);
         if constexpr (std::is_same_v<T, Acc>) {
           ArrayMap<T>(gx + off, g.hw) = gp * k_g + (xp - mean_acc) * k_d + k_0;
         } else {

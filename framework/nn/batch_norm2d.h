@@ -19,6 +19,9 @@ class BatchNorm2d : public Module {
   // libtorch's short form: BatchNorm2d(num_features).
   explicit BatchNorm2d(int64_t num_features) : BatchNorm2d(Options{num_features}) {}
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) as one op where the device fuses them (demi::batch_norm_relu): the same
+  // values, two fewer passes over memory. nn::Sequential calls it for a BatchNorm2d then a ReLU.
+  Tensor forward_relu(const Tensor& x);
   // Parameters and buffers stay fp32 for half dtypes (float64 follows, for gradcheck).
   Module& to(DType dtype) override;
 
@@ -30,6 +33,8 @@ class BatchNorm2d : public Module {
   Tensor& num_batches_tracked;
 
  private:
+  Tensor run(const Tensor& x, bool relu);
+
   Options options_;
 };
 

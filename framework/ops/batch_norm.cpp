@@ -1,15 +1,18 @@
 // batch_norm over channel dim 1 of [N, C] or [N, C, H, W]. Statistics and affine parameters are
 // fp32 (float64 for float64 input) whatever the input dtype; the output has the input's dtype.
 // Training: batch statistics, running stats updated in place, fused backward kernel. Eval: running
-// statistics; its backward is built from ops (an affine map per channel).
+// statistics; its backward is built from ops (an affine map per channel). batch_norm_relu is
+// relu(batch_norm(...)) with the ReLU inside the batch norm's kernels where the device has them
+// (training on the CPU): bit for bit the same values, without the ReLU's two passes over memory.
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/factories.h"
 
 namespace demi::ops {
 
-struct BatchNorm {
-  static constexpr const char* kName = "batch_norm";
+template <bool kRelu>
+struct BatchNormOp {
+  static constexpr const char* kName = kRelu ? "batch_norm_relu" : "batch_norm";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
 
   static Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
@@ -27,7 +30,12 @@ struct BatchNorm {
     if (running_var.defined()) args.running_var = running_var.ref();
     args.momentum = options.momentum;
     args.eps = options.eps;
-    Tensor save_mean, save_invstd;
+    Tensor save_mean, save_invstd, relu_coef;
+    if constexpr (kRelu) {  // the caller checked: training, and a device with the fused kernels
+      relu_coef = empty({4, channels}, stat_dtype, x.device());
+      args.relu = true;
+      args.relu_coef = relu_coef.ref();
+    }
     if (options.training) {
       save_mean = empty({channels}, stat_dtype, x.device());
       save_invstd = empty({channels}, stat_dtype, x.device());
@@ -43,6 +51,7 @@ struct BatchNorm {
     ctx.save(weight);
     ctx.save(save_mean);
     ctx.save(save_invstd);
+    ctx.save(relu_coef);
     ctx.set_attrs(options);
     return y;
   }
@@ -55,6 +64,10 @@ struct BatchNorm {
     TensorList grads(5);
     if (ctx.attrs<BatchNormOptions>().training) {
       backend::BatchNormArgs args;
+      if constexpr (kRelu) {
+        args.relu = true;
+        args.relu_coef = ctx.saved(4).ref();
+      }
       args.input = x.ref();
       args.grad_output = grad_y.ref();
       if (weight.defined()) args.weight = weight.ref();
@@ -91,13 +104,18 @@ struct BatchNorm {
     return grads;
   }
 };
+using BatchNorm = BatchNormOp<false>;
+using BatchNormRelu = BatchNormOp<true>;
 DEMI_REGISTER_OP(BatchNorm)
+DEMI_REGISTER_OP(BatchNormRelu)
 
 }  // namespace demi::ops
 
 namespace demi {
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, const BatchNormOptions& options) {
+namespace {
+
+void check_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                      const Tensor& bias, const BatchNormOptions& options) {
   const char* op = "batch_norm";
   ops::check_floating(op, "input", x);
   DEMI_CHECK(x.dim() == 2 || x.dim() == 4, "batch_norm: input must be [N, C] or [N, C, H, W], got ", x.shape());
@@ -120,6 +138,23 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     DEMI_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, got input of shape ",
                x.shape(), "; use a larger batch or eval mode");
   }
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, const BatchNormOptions& options) {
+  check_batch_norm(x, running_mean, running_var, weight, bias, options);
   return ops::apply<ops::BatchNorm>(x, running_mean, running_var, weight, bias, options);
 }
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, const BatchNormOptions& options) {
+  check_batch_norm(x, running_mean, running_var, weight, bias, options);
+  if (!options.training || !kernels(x).supports(backend::KernelFamily::BatchNormRelu)) {
+    return relu(ops::apply<ops::BatchNorm>(x, running_mean, running_var, weight, bias, options));
+  }
+  return ops::apply<ops::BatchNormRelu>(x, running_mean, running_var, weight, bias, options);
+}
+
 }  // namespace demi

@@ -106,6 +106,11 @@ struct BatchNormOptions {
 // x [N, C] or [N, C, H, W]; running stats, weight and bias [C] fp32 (each optional).
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, const BatchNormOptions& options);
+// relu(batch_norm(...)), the same values bit for bit; in training on the CPU the ReLU runs inside
+// the batch norm's kernels (one op, "batch_norm_relu"), saving two passes over the activations.
+// nn::Sequential calls it for a BatchNorm2d followed by a ReLU.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, const BatchNormOptions& options);
 
 // Over the last dimension (dim must be -1 or dim() - 1).
 Tensor softmax(const Tensor& x, int64_t dim = -1);

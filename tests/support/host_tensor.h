@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,13 +21,30 @@ using demi::DType;
 using demi::Shape;
 using demi::backend::TensorRef;
 
+// 64-byte aligned storage, as the CPU backend allocates it: where a kernel's result depends on
+// alignment (Eigen's vectorised sums start at the first aligned packet), tests see the framework's.
+template <typename T>
+struct Aligned64Allocator {
+  using value_type = T;
+  Aligned64Allocator() = default;
+  template <typename U> Aligned64Allocator(const Aligned64Allocator<U>&) {}
+  T* allocate(size_t n) {
+    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <typename U> bool operator==(const Aligned64Allocator<U>&) const { return true; }
+  template <typename U> bool operator!=(const Aligned64Allocator<U>&) const { return false; }
+};
+
 // Host storage behind a TensorRef, in any dtype; values go in and out as double, through
 // demi::Half and demi::BFloat16 (an implementation independent of the backend's Eigen
 // conversions), so references are computed from the very values the kernel sees.
 struct HostTensor {
   DType dtype;
   Shape shape;
-  std::vector<double> storage;  // doubles: 8-byte alignment for every dtype
+  std::vector<double, Aligned64Allocator<double>> storage;
 
   HostTensor(DType d, Shape s)
       : dtype(d), shape(std::move(s)), storage(static_cast<size_t>(demi::shape_numel(shape)) * demi::dtype_size(d) / 8 + 1) {}

@@ -1,8 +1,10 @@
 // Pins CpuKernels::batch_norm_forward / batch_norm_backward (backends/cpu/batch_norm.cpp) to naive
-// fp64 formulas: training and eval statistics, running-stat updates, optional affine, all dtypes.
+// fp64 formulas: training and eval statistics, running-stat updates, optional affine, all dtypes;
+// and the fused ReLU to the separate ReLU kernels, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -162,6 +164,108 @@ TEST_P(BatchNormParity, MatchesFp64Reference) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, BatchNormParity, ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
+// Every element's bytes equal (so -0 vs +0 and NaN payloads count).
+void expect_same_bits(const HostTensor& got, const HostTensor& want, const char* what) {
+  ASSERT_EQ(got.numel(), want.numel()) << what;
+  const size_t size = dtype_size(got.dtype);
+  const auto* g = reinterpret_cast<const unsigned char*>(got.storage.data());
+  const auto* w = reinterpret_cast<const unsigned char*>(want.storage.data());
+  int64_t differ = 0, first = -1;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    if (std::memcmp(g + i * size, w + i * size, size) != 0) differ += 1, first = first < 0 ? i : first;
+  }
+  EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << got.numel() << " elements differ, the first at " << first
+                       << ": " << (first < 0 ? 0 : got.get(first)) << " vs " << (first < 0 ? 0 : want.get(first));
+}
+
+// relu = true against batch_norm, then the ReLU kernels (forward: unary Relu; backward: binary
+// ReluBackward on the ReLU's output, then batch_norm_backward): the same bits everywhere, with
+// weights of both signs (the backward's mask is a threshold on x whose side follows the sign).
+// `kink` puts a third of each channel exactly on its mean, zero weights among them, and biases
+// on either side of the values that round to zero in half types, so y lands on, inside and just
+// outside that band.
+void run_fused_relu_case(const Case& cs, DType dtype, bool kink) {
+  SCOPED_TRACE(describe(cs, dtype) + (kink ? " kink" : ""));
+  const DType sd = dtype == DType::F64 ? DType::F64 : DType::F32;
+  const int64_t c = cs.shape[1];
+  std::mt19937 rng(11);
+  HostTensor x(dtype, cs.shape), gy(dtype, cs.shape);
+  HostTensor w(sd, {c}), b(sd, {c});
+  x.fill_random(rng, cs.mean - cs.spread, cs.mean + cs.spread), gy.fill_random(rng, -1.0, 1.0);
+  w.fill_random(rng, -1.5, 1.5), b.fill_random(rng, -0.5, 0.5);
+  if (kink) {
+    const double weights[] = {1.0, -1.0, 0.5, 0.0, -2.0, 1.5, 0.25};
+    for (int64_t i = 0; i < c; ++i) w.set(i, weights[i % std::size(weights)]);
+    // Values mean - 1, mean, mean + 1 in turn: the mean is exact, so y = bias where x = mean.
+    for (int64_t i = 0; i < x.numel(); ++i) x.set(i, cs.mean + static_cast<double>(i % 3) - 1.0);
+    const double biases[] = {0.0, 0x1p-26, -0x1p-26, 0x1p-25, 0x1p-24, -0x1p-24, 0x1p-135, 0x1p-134, 0x1p-133, -0x1p-133};
+    for (int64_t i = 0; i < c; ++i) b.set(i, biases[i % std::size(biases)]);
+  }
+  Kernels& k = kernels_for(Device::cpu());
+  auto forward = [&](bool relu, HostTensor& y, HostTensor& mean, HostTensor& invstd, HostTensor& rm, HostTensor& rv,
+                     HostTensor& coef) {
+    BatchNormArgs args;
+    args.input = x.ref(), args.output = y.ref(), args.weight = w.ref(), args.bias = b.ref();
+    args.running_mean = rm.ref(), args.running_var = rv.ref();
+    args.save_mean = mean.ref(), args.save_invstd = invstd.ref();
+    if (relu) args.relu = true, args.relu_coef = coef.ref();
+    k.batch_norm_forward(args);
+  };
+  HostTensor y(dtype, cs.shape), z(dtype, cs.shape), fused(dtype, cs.shape), coef(sd, {4, c});
+  HostTensor mean(sd, {c}), invstd(sd, {c}), rm(sd, {c}), rv(sd, {c});
+  HostTensor fused_mean(sd, {c}), fused_invstd(sd, {c}), fused_rm(sd, {c}), fused_rv(sd, {c});
+  rm.fill(0.25), rv.fill(2.0), fused_rm.fill(0.25), fused_rv.fill(2.0);
+  forward(false, y, mean, invstd, rm, rv, coef);
+  k.unary(UnaryKind::Relu, y.ref(), z.ref());
+  forward(true, fused, fused_mean, fused_invstd, fused_rm, fused_rv, coef);
+  expect_same_bits(fused, z, "forward");
+  expect_same_bits(fused_mean, mean, "save_mean");
+  expect_same_bits(fused_invstd, invstd, "save_invstd");
+  expect_same_bits(fused_rm, rm, "running_mean");
+  expect_same_bits(fused_rv, rv, "running_var");
+
+  HostTensor g_relu(dtype, cs.shape), gx(dtype, cs.shape), gw(sd, {c}), gb(sd, {c});
+  HostTensor fused_gx(dtype, cs.shape), fused_gw(sd, {c}), fused_gb(sd, {c});
+  k.binary(BinaryKind::ReluBackward, gy.ref(), z.ref(), g_relu.ref());
+  auto backward = [&](bool relu, const HostTensor& grad, HostTensor& gxo, HostTensor& gwo, HostTensor& gbo) {
+    BatchNormArgs bw;
+    bw.input = x.ref(), bw.grad_output = const_cast<HostTensor&>(grad).ref(), bw.weight = w.ref();
+    bw.save_mean = mean.ref(), bw.save_invstd = invstd.ref();
+    bw.grad_input = gxo.ref(), bw.grad_weight = gwo.ref(), bw.grad_bias = gbo.ref();
+    if (relu) bw.relu = true, bw.relu_coef = coef.ref();
+    k.batch_norm_backward(bw);
+  };
+  backward(false, g_relu, gx, gw, gb);
+  backward(true, gy, fused_gx, fused_gw, fused_gb);
+  expect_same_bits(fused_gx, gx, "grad_input");
+  expect_same_bits(fused_gw, gw, "grad_weight");
+  expect_same_bits(fused_gb, gb, "grad_bias");
+}
+
+TEST_P(BatchNormParity, FusedReluIsTheSeparateReluBitForBit) {
+  for (const Case& c : kCases) {
+    if (c.shape.size() != 4) continue;  // the fused ReLU follows BatchNorm2d
+    run_fused_relu_case(c, GetParam(), false);
+    run_fused_relu_case(c, GetParam(), true);
+  }
+}
+
+// The band the fused ReLU treats as zero is exactly what rounds to zero in each half type.
+TEST(BatchNorm, ReluZeroBandIsWhatRoundsToZero) {
+  const std::pair<DType, float> bands[] = {{DType::F16, 0x1p-25f}, {DType::BF16, 0x1p-134f}};
+  for (const auto& [dtype, band] : bands) {
+    HostTensor t(dtype, {4});
+    const float values[] = {band, -band, std::nextafter(band, 1.0f), -std::nextafter(band, 1.0f)};
+    HostTensor f(DType::F32, {4});
+    for (int i = 0; i < 4; ++i) f.set(i, values[i]);
+    kernels_for(Device::cpu()).cast(f.ref(), t.ref());
+    EXPECT_EQ(t.get(0), 0.0) << dtype;
+    EXPECT_EQ(t.get(1), 0.0) << dtype;
+    EXPECT_GT(t.get(2), 0.0) << dtype;
+    EXPECT_LT(t.get(3), 0.0) << dtype;
+  }
+}
+
 TEST(BatchNorm, RejectsBadArguments) {
   Kernels& k = kernels_for(Device::cpu());
   HostTensor x(DType::F16, {4, 3, 2, 2}), y(DType::F16, {4, 3, 2, 2}), w16(DType::F16, {3}), w4(DType::F32, {4});
@@ -180,6 +284,16 @@ TEST(BatchNorm, RejectsBadArguments) {
   EXPECT_THROW(k.batch_norm_forward(args), Error);  // one value per channel in training
   args.mode = BatchNormMode::Eval;
   EXPECT_THROW(k.batch_norm_forward(args), Error);  // eval without running statistics
+  HostTensor coef(DType::F32, {4, 3}), coef_short(DType::F32, {3, 3});
+  args = BatchNormArgs{};
+  args.input = x.ref(), args.output = y.ref(), args.relu = true;
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // a fused ReLU without relu_coef
+  args.relu_coef = coef_short.ref();
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // relu_coef not [4, C]
+  args.relu_coef = coef.ref();
+  EXPECT_NO_THROW(k.batch_norm_forward(args));
+  args.mode = BatchNormMode::Eval;
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // fused ReLU in eval mode
 }
 
 }  // namespace

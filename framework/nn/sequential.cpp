@@ -1,0 +1,26 @@
+// nn::Sequential's forward, which fuses a BatchNorm2d and the ReLU after it.
+#include "framework/nn/sequential.h"
+
+#include <typeinfo>
+
+#include "framework/nn/activation.h"
+#include "framework/nn/batch_norm2d.h"
+
+namespace demi::nn {
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Module& module = *children_[i].second;
+    if (i + 1 < children_.size() && typeid(module) == typeid(BatchNorm2d) &&
+        typeid(*children_[i + 1].second) == typeid(ReLU)) {
+      y = static_cast<BatchNorm2d&>(module).forward_relu(y);
+      ++i;
+      continue;
+    }
+    y = module.forward(y);
+  }
+  return y;
+}
+
+}  // namespace demi::nn
