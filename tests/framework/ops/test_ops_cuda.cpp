@@ -69,6 +69,13 @@ std::vector<OpCase> cases() {
          o.training = true;
          return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], o);
        }},
+      // Fused on the CPU, relu(batch_norm) on CUDA: the same values either way.
+      {"batch_norm_relu", {{8, 6, 5, 5}, {6}, {6}},
+       [](auto& in) {
+         BatchNormOptions o;
+         o.training = true;
+         return batch_norm_relu(in[0], Tensor(), Tensor(), in[1], in[2], o);
+       }},
       {"softmax", {{9, 1000}}, [](auto& in) { return softmax(in[0]); }},
       {"log_softmax", {{9, 10}}, [](auto& in) { return log_softmax(in[0]); }},
       {"cross_entropy", {{33, 10}},
@@ -77,6 +84,10 @@ std::vector<OpCase> cases() {
          o.label_smoothing = 0.1;
          return cross_entropy(in[0], labels_like(in[0]), o);
        }},
+      {"transpose", {{4, 6, 5}}, [](auto& in) { return transpose(in[0], 0, 2) * 2.0; }},
+      {"clamp", {{6, 33}}, [](auto& in) { return clamp(in[0], -0.5, 0.7); }},
+      {"select", {{5, 4, 3}}, [](auto& in) { return select(in[0], 0, 2) * in[0][-1]; }},
+      {"cat", {{2, 5, 3}, {3, 5, 3}}, [](auto& in) { return cat({in[0], in[1]}, 0); }},
   };
 }
 
