@@ -107,12 +107,6 @@ struct NormCoef {
   Acc hi, lo, scale, shift;
 };
 
-// out = y over len values; ReluMask evaluates the same expression on single values.
-template <typename Acc>
-void normalize(const Acc* x, Acc* out, int64_t len, const NormCoef<Acc>& k) {
-  ArrayMap<Acc>(out, len) = ((ConstArrayMap<Acc>(x, len) - k.hi) - k.lo) * k.scale + k.shift;
-}
-
 // The largest y that rounds to zero in T (round to nearest even, subnormals kept): y in
 // [-band, band] stores as a signed zero. A separate ReLU on the stored T value zeroes negatives
 // but keeps -0 and NaN, and passes the gradient where the stored value is > 0; on y in Acc that is
@@ -129,11 +123,27 @@ constexpr acc_t<T> relu_zero_band() {
   }
 }
 
+// y of one value; ReluMask evaluates it too, and must get the same bits.
+template <typename Acc>
+Acc normalized(Acc x, const NormCoef<Acc>& k) {
+  return ((x - k.hi) - k.lo) * k.scale + k.shift;
+}
+
+// out = y over len values, or with a fused ReLU y with what would store as a negative zeroed.
+// One loop either way: a second pass for the ReLU made bf16's fused forward slower than batch
+// norm and the separate ReLU (which works on the 16-bit values).
 template <typename T>
-void relu_in_place(acc_t<T>* y, int64_t len) {
+void normalize(const acc_t<T>* x, acc_t<T>* out, int64_t len, const NormCoef<acc_t<T>>& k, bool relu) {
   using Acc = acc_t<T>;
+  if (!relu) {
+    for (int64_t i = 0; i < len; ++i) out[i] = normalized(x[i], k);
+    return;
+  }
   const Acc band = relu_zero_band<T>();
-  for (int64_t i = 0; i < len; ++i) y[i] = y[i] < -band ? Acc(0) : y[i];
+  for (int64_t i = 0; i < len; ++i) {
+    const Acc y = normalized(x[i], k);
+    out[i] = y < -band ? Acc(0) : y;
+  }
 }
 
 // Where a channel's y = ((x - hi) - lo) * scale + shift is above the band, as a test on x alone.
@@ -156,7 +166,7 @@ class ReluMask {
       constant_ = k.shift > band;
       return;
     }
-    auto keep = [&](Key key) { return ((from_key(key) - k.hi) - k.lo) * k.scale + k.shift > band; };
+    auto keep = [&](Key key) { return normalized(from_key(key), k) > band; };
     const Acc inf = std::numeric_limits<Acc>::infinity();
     Key lo = to_key(std::numeric_limits<Acc>::lowest()), hi = to_key(std::numeric_limits<Acc>::max());
     const bool lo_keeps = keep(lo), hi_keeps = keep(hi);
@@ -295,8 +305,7 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
       }
       if (whole) {  // the channel at once, then rounded plane by plane
         Acc* buf = thread_scratch<Acc>(kSlotY, g.count());
-        normalize(whole, buf, g.count(), k);
-        if (a.relu) relu_in_place<T>(buf, g.count());
+        normalize<T>(whole, buf, g.count(), k, a.relu);
         store_channel(buf, y, g, c);
         continue;
       }
@@ -304,8 +313,7 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
         const int64_t off = (n * g.c + c) * g.hw;
         Acc* buf;  // y itself in fp32 / fp64
         if constexpr (std::is_same_v<T, Acc>) buf = y + off; else buf = thread_scratch<Acc>(kSlotY, g.hw);
-        normalize(xs.plane(n), buf, g.hw, k);
-        if (a.relu) relu_in_place<T>(buf, g.hw);
+        normalize<T>(xs.plane(n), buf, g.hw, k, a.relu);
         if constexpr (!std::is_same_v<T, Acc>) convert_n(buf, y + off, g.hw);
       }
     }
