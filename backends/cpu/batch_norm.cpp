@@ -149,8 +149,8 @@ void normalize(const acc_t<T>* x, acc_t<T>* out, int64_t len, const NormCoef<acc
 // Where a channel's y = ((x - hi) - lo) * scale + shift is above the band, as a test on x alone.
 // Each step is one separately rounded operation (this file is built without contraction), so y is
 // monotone in x, and "y > band" is "x > t" for scale > 0, "x < t" for scale < 0, for one t found by
-// bisection over the floats with the forward's very arithmetic; for scale = 0, y = shift for every
-// finite x (an infinite x gives NaN). A compare per value instead of recomputing y (which cost more
+// bisection over the floats with the forward's very arithmetic; for scale = 0 (a zero weight, rare)
+// y is computed as the forward did. A compare per value instead of recomputing y (which cost more
 // than the separate ReLU it replaces).
 template <typename T>
 class ReluMask {
@@ -160,12 +160,9 @@ class ReluMask {
   using UKey = std::make_unsigned_t<Key>;
 
   ReluMask() = default;  // masks everything
-  explicit ReluMask(const NormCoef<Acc>& k) {
+  explicit ReluMask(const NormCoef<Acc>& k) : k_(k) {
     const Acc band = relu_zero_band<T>();
-    if (k.scale == Acc(0)) {
-      constant_ = k.shift > band;
-      return;
-    }
+    if (k.scale == Acc(0)) return;
     auto keep = [&](Key key) { return normalized(from_key(key), k) > band; };
     const Acc inf = std::numeric_limits<Acc>::infinity();
     Key lo = to_key(std::numeric_limits<Acc>::lowest()), hi = to_key(std::numeric_limits<Acc>::max());
@@ -197,11 +194,8 @@ class ReluMask {
         out[i] = x[i] < t_ ? gi : Acc(0);
       }
     } else {
-      const Acc inf = std::numeric_limits<Acc>::infinity();
-      for (int64_t i = 0; i < len; ++i) {
-        const Acc gi = g[i];
-        out[i] = constant_ && std::abs(x[i]) < inf ? gi : Acc(0);
-      }
+      const Acc band = relu_zero_band<T>();
+      for (int64_t i = 0; i < len; ++i) out[i] = normalized(x[i], k_) > band ? g[i] : Acc(0);
     }
   }
 
@@ -220,9 +214,9 @@ class ReluMask {
     return v;
   }
 
-  int side_ = 0;  // 1: keep x > t; -1: keep x < t; 0: keep finite x when constant_
+  NormCoef<Acc> k_{};  // all zero by default: y = 0, nothing kept
+  int side_ = 0;       // 1: keep x > t; -1: keep x < t; 0: keep where y itself is above the band
   Acc t_ = 0;
-  bool constant_ = false;
 };
 
 // Room for a masked gradient of up to `len` values in this thread's scratch, handed out at the
@@ -342,7 +336,7 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
       const Acc* g_whole = gs.widened();
       const bool whole = x_whole && g_whole;
       // With a fused ReLU, the masked gradient: the whole channel once, or plane by plane in each
-      // pass (masking again is a compare a value; a channel-sized copy read back was slower).
+      // pass (masking again is a compare per value; a channel-sized copy read back was slower).
       ReluMask<T> relu_mask;
       MaskedGrad<Acc> masked;
       if (relu_coef) {
