@@ -12,8 +12,8 @@ Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   for (size_t i = 0; i < children_.size(); ++i) {
     Module& module = *children_[i].second;
-    if (i + 1 < children_.size() && typeid(module) == typeid(BatchNorm2d) &&
-        typeid(*children_[i + 1].second) == typeid(ReLU)) {
+    const Module* next = i + 1 < children_.size() ? children_[i + 1].second.get() : nullptr;
+    if (next && typeid(module) == typeid(BatchNorm2d) && typeid(*next) == typeid(ReLU)) {
       y = static_cast<BatchNorm2d&>(module).forward_relu(y);
       ++i;
       continue;
