@@ -115,8 +115,9 @@ struct Pool2dArgs {
 // relu (training only, KernelFamily::BatchNormRelu): forward writes relu(y) instead of y, bitwise
 //   what a separate ReLU would give, and the per-channel coefficients it normalised with into
 //   relu_coef ([4, C], the statistics' dtype); backward takes grad_output as the gradient of
-//   relu(y) and masks it where y was not positive, recomputing y from input and relu_coef, so y is
-//   never stored and no ReLU pass runs over memory (bitwise the separate ReLU's gradient too).
+//   relu(y) and masks it where y was not positive, decided from input and relu_coef (the CPU: one
+//   threshold on x a channel), so y is never stored and no ReLU pass runs over memory (bitwise the
+//   separate ReLU's gradient too).
 enum class BatchNormMode { Train, Eval };
 struct BatchNormArgs {
   BatchNormMode mode = BatchNormMode::Train;
