@@ -123,70 +123,123 @@ uint64_t max_2x2_backward_run(const typename Bits2x2<T>::U* gy, const I* idx, ty
 }
 
 // Output rows of at least kRunMin windows run in place; shorter ones (SmallCNN's 8- and 4-wide
-// outputs, AirNet's 7-wide) are gathered kRun windows at a time into contiguous pairs first, so the
-// vector loop does not stop at every row end.
+// outputs, AirNet's 7- and 3-wide) are gathered kRun windows at a time into contiguous pairs first,
+// so the vector loop does not stop at every row end. The kernels take `planes` consecutive planes
+// at once and count output rows across them: with an odd height (AirNet's 31, 15 and 7) a row
+// between two planes is in no window, and taken plane by plane AirNet's 32768 planes of 7x7 and
+// 3x3 outputs ran at 3-10 GB/s, their time in per-plane calls.
 constexpr int64_t kRunMin = 32, kRun = 256;
 
+// How many of the `remaining` planes a call takes: all when the height is even (the planes are one
+// tall plane) or a plane fills at most half a run; else one (AirNet's 31x31 -> 15x15 ran 10-15%
+// slower forward in runs that cross planes than in one run a plane).
+int64_t planes_at_once(const PoolGeom& g, int64_t remaining) {
+  return g.h % 2 == 0 || 2 * g.oh * g.ow <= kRun ? remaining : 1;
+}
+
+// dst[0, n) = src[0, n) for the short rows of the gathered path (24 to 248 bytes): fixed-size
+// 16- or 8-byte moves, the last one overlapping, where std::copy called memmove for each row (a
+// quarter of SmallCNN's last pool). Built with -fno-tree-loop-distribute-patterns (CMakeLists.txt).
+template <typename U>
+void copy_row(const U* src, int64_t n, U* dst) {
+  const char* s = reinterpret_cast<const char*>(src);
+  char* d = reinterpret_cast<char*>(dst);
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(U));
+  if (bytes >= 16) {
+    int64_t i = 0;
+    for (; i + 16 <= bytes; i += 16) std::memcpy(d + i, s + i, 16);
+    if (i < bytes) std::memcpy(d + bytes - 16, s + bytes - 16, 16);
+  } else if (bytes >= 8) {
+    std::memcpy(d, s, 8);
+    std::memcpy(d + bytes - 8, s + bytes - 8, 8);
+  } else {
+    std::copy(src, src + n, dst);
+  }
+}
+
+// Walks output rows across planes: at() is the offset in x (or grad_x) of the current row's top
+// input row. (Computing it from the row's index took a division per row: 5-20% of a pool.)
+class RowPairs {
+ public:
+  RowPairs(const PoolGeom& g) : oh_(g.oh), w_(g.w), plane_(g.h * g.w) {}
+  int64_t at() const { return base_ + 2 * oy_ * w_; }
+  bool last_of_plane() const { return oy_ == oh_ - 1; }
+  void next() {
+    if (++oy_ == oh_) oy_ = 0, base_ += plane_;
+  }
+
+ private:
+  int64_t oh_, w_, plane_, oy_ = 0, base_ = 0;
+};
+
 template <typename T, typename I>
-void max_forward_2x2(const T* x_in, T* y_out, I* idx, const PoolGeom& g) {
+void max_forward_2x2(const T* x_in, T* y_out, I* idx, const PoolGeom& g, int64_t planes) {
   using B = Bits2x2<T>;
   using U = typename B::U;
   const U* x = reinterpret_cast<const U*>(x_in);
   U* y = reinterpret_cast<U*>(y_out);
-  const int64_t w = g.w, ow = g.ow, oh = g.oh;
+  const int64_t w = g.w, ow = g.ow, out_rows = planes * g.oh;
+  RowPairs pairs(g);
   if (ow >= kRunMin) {
-    for (int64_t oy = 0; oy < oh; ++oy) {
-      max_2x2_run<T>(x + 2 * oy * w, x + (2 * oy + 1) * w, y + oy * ow, idx + oy * ow, ow);
+    for (int64_t r = 0; r < out_rows; ++r, pairs.next()) {
+      max_2x2_run<T>(x + pairs.at(), x + pairs.at() + w, y + r * ow, idx + r * ow, ow);
     }
     return;
   }
   alignas(64) U top[2 * kRun], bottom[2 * kRun];
   const int64_t rows = kRun / ow;
-  for (int64_t oy0 = 0; oy0 < oh; oy0 += rows) {
-    const int64_t nr = std::min(rows, oh - oy0);
-    for (int64_t r = 0; r < nr; ++r) {
-      const U* row = x + 2 * (oy0 + r) * w;
-      std::copy(row, row + 2 * ow, top + 2 * r * ow);
-      std::copy(row + w, row + w + 2 * ow, bottom + 2 * r * ow);
+  for (int64_t r0 = 0; r0 < out_rows; r0 += rows) {
+    const int64_t nr = std::min(rows, out_rows - r0);
+    for (int64_t r = 0; r < nr; ++r, pairs.next()) {
+      const U* row = x + pairs.at();
+      copy_row(row, 2 * ow, top + 2 * r * ow);
+      copy_row(row + w, 2 * ow, bottom + 2 * r * ow);
     }
-    max_2x2_run<T>(top, bottom, y + oy0 * ow, idx + oy0 * ow, nr * ow);
+    max_2x2_run<T>(top, bottom, y + r0 * ow, idx + r0 * ow, nr * ow);
   }
 }
 
-// grad_x of the 2x2 stride-2 window: every element written once; the row and column an odd size
-// leaves out of every window are zeroed. Returns the flat output position of the first index
-// outside [0, 4), or -1.
+// grad_x of the 2x2 stride-2 window over `planes` planes: every element written once; the row and
+// column an odd size leaves out of every window are zeroed. Returns the flat output position of
+// the first index outside [0, 4), or -1.
 template <typename T, typename I>
-int64_t max_backward_2x2(const T* gy_in, const I* idx, T* gx_out, const PoolGeom& g) {
+int64_t max_backward_2x2(const T* gy_in, const I* idx, T* gx_out, const PoolGeom& g, int64_t planes) {
   using B = Bits2x2<T>;
   using U = typename B::U;
   const U* gy = reinterpret_cast<const U*>(gy_in);
   U* gx = reinterpret_cast<U*>(gx_out);
-  const int64_t w = g.w, ow = g.ow, oh = g.oh;
+  const int64_t w = g.w, ow = g.ow, oh = g.oh, out_rows = planes * oh;
+  RowPairs pairs(g);
+  // Zeroes what an odd size leaves out of row pair `row` (its last column) and, after the plane's
+  // last pair, the row below: while the plane is still in cache.
+  const bool odd = w > 2 * ow || g.h > 2 * oh;
+  auto finish = [&](U* row) {
+    if (!odd) return;
+    if (w > 2 * ow) row[w - 1] = row[2 * w - 1] = U(0);
+    if (pairs.last_of_plane()) std::fill(row + 2 * w, row + (g.h - 2 * (oh - 1)) * w, U(0));
+  };
   uint64_t bad = 0;
   if (ow >= kRunMin) {
-    for (int64_t oy = 0; oy < oh; ++oy) {
-      bad |= max_2x2_backward_run<T>(gy + oy * ow, idx + oy * ow, gx + 2 * oy * w, gx + (2 * oy + 1) * w, ow);
+    for (int64_t r = 0; r < out_rows; ++r, pairs.next()) {
+      bad |= max_2x2_backward_run<T>(gy + r * ow, idx + r * ow, gx + pairs.at(), gx + pairs.at() + w, ow);
+      finish(gx + pairs.at());
     }
   } else {
     alignas(64) U top[2 * kRun], bottom[2 * kRun];
     const int64_t rows = kRun / ow;
-    for (int64_t oy0 = 0; oy0 < oh; oy0 += rows) {
-      const int64_t nr = std::min(rows, oh - oy0);
-      bad |= max_2x2_backward_run<T>(gy + oy0 * ow, idx + oy0 * ow, top, bottom, nr * ow);
-      for (int64_t r = 0; r < nr; ++r) {
-        U* row = gx + 2 * (oy0 + r) * w;
-        std::copy(top + 2 * r * ow, top + 2 * (r + 1) * ow, row);
-        std::copy(bottom + 2 * r * ow, bottom + 2 * (r + 1) * ow, row + w);
+    for (int64_t r0 = 0; r0 < out_rows; r0 += rows) {
+      const int64_t nr = std::min(rows, out_rows - r0);
+      bad |= max_2x2_backward_run<T>(gy + r0 * ow, idx + r0 * ow, top, bottom, nr * ow);
+      for (int64_t r = 0; r < nr; ++r, pairs.next()) {
+        U* row = gx + pairs.at();
+        copy_row(top + 2 * r * ow, 2 * ow, row);
+        copy_row(bottom + 2 * r * ow, 2 * ow, row + w);
+        finish(row);
       }
     }
   }
-  if (w > 2 * ow) {
-    for (int64_t iy = 0; iy < 2 * oh; ++iy) gx[iy * w + w - 1] = U(0);
-  }
-  std::fill(gx + 2 * oh * w, gx + g.h * w, U(0));
   if (bad == 0) return -1;
-  for (int64_t o = 0; o < oh * ow; ++o) {
+  for (int64_t o = 0; o < out_rows * ow; ++o) {
     if (static_cast<uint64_t>(idx[o]) > 3) return o;
   }
   return -1;
@@ -246,16 +299,6 @@ bool two_by_two(const PoolGeom& g) {
   return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0;
 }
 
-// With an even height, planes stack without a gap between their row pairs, so the 2x2 kernels take
-// a thread's planes as one tall plane (SmallCNN's last pool has 16384 planes of 4x4 outputs).
-int64_t planes_at_once(const PoolGeom& g, int64_t remaining) { return g.h % 2 == 0 ? remaining : 1; }
-PoolGeom stacked(const PoolGeom& g, int64_t remaining) {
-  PoolGeom tall = g;
-  const int64_t k = planes_at_once(g, remaining);
-  tall.planes = 1, tall.h *= k, tall.oh *= k;
-  return tall;
-}
-
 // Calls fn(I{}) with the indices' element type.
 template <typename Fn>
 void dispatch_indices(DType dtype, Fn&& fn) {
@@ -286,8 +329,9 @@ void CpuKernels::pool2d_forward_impl(const Pool2dArgs& args, const PoolGeom& g) 
       parallel_for(g.planes, in_plane + out_plane * g.kh * g.kw, [&](int64_t begin, int64_t end) {
         if constexpr (sizeof(T) <= 4) {
           if (two_by_two(g)) {
-            for (int64_t p = begin; p < end; p += planes_at_once(g, end - p)) {
-              max_forward_2x2(x + p * in_plane, y + p * out_plane, idx + p * out_plane, stacked(g, end - p));
+            for (int64_t p = begin, k; p < end; p += k) {
+              k = planes_at_once(g, end - p);
+              max_forward_2x2(x + p * in_plane, y + p * out_plane, idx + p * out_plane, g, k);
             }
             return;
           }
@@ -334,8 +378,9 @@ void CpuKernels::pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g)
       parallel_for(g.planes, cost, [&](int64_t begin, int64_t end) {
         if constexpr (sizeof(T) <= 4) {
           if (two_by_two(g)) {
-            for (int64_t p = begin; p < end; p += planes_at_once(g, end - p)) {
-              const int64_t at = max_backward_2x2(gy + p * out_plane, idx + p * out_plane, gx + p * in_plane, stacked(g, end - p));
+            for (int64_t p = begin, k; p < end; p += k) {
+              k = planes_at_once(g, end - p);
+              const int64_t at = max_backward_2x2(gy + p * out_plane, idx + p * out_plane, gx + p * in_plane, g, k);
               if (at >= 0) bad.store(p * out_plane + at);
             }
             return;

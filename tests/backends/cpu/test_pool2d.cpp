@@ -30,6 +30,11 @@ const Case kCases[] = {
     {"odd_remainder", 2, 2, 7, 7, 2, 2, 2, 2, 0, 0},
     {"k2_s2_wide_odd", 1, 2, 5, 71, 2, 2, 2, 2, 0, 0},       // rows of 35 windows: read in place
     {"k2_s2_tall_narrow", 1, 2, 191, 7, 2, 2, 2, 2, 0, 0},   // rows of 3: gathered, 85 rows at a time
+    // Odd heights taken many planes at once (AirNet's 15x15 and 7x7): runs of gathered rows that
+    // span planes, skipping the row between them; and rows read in place across planes.
+    {"k2_s2_odd_planes_gathered", 3, 37, 15, 15, 2, 2, 2, 2, 0, 0},
+    {"k2_s2_odd_planes_3_wide", 2, 50, 7, 7, 2, 2, 2, 2, 0, 0},
+    {"k2_s2_odd_planes_in_place", 2, 3, 9, 67, 2, 2, 2, 2, 0, 0},
     {"window_256_u8", 1, 2, 16, 17, 16, 16, 1, 1, 0, 0},
     {"window_289_i64", 2, 3, 17, 18, 17, 17, 1, 1, 0, 0},
 };
@@ -212,6 +217,18 @@ TEST(Pool2d, RejectsBadArguments) {
   EXPECT_NO_THROW(k.pool2d_forward(args));
   idx8.set(2, 7);  // outside a 2x2 window
   EXPECT_THROW(k.pool2d_backward(args), Error);
+  // The same in the fifth of 6 planes of odd height, which the kernel takes at once: the message
+  // names the element's flat position.
+  HostTensor xo(DType::F32, {2, 3, 7, 7}), yo(DType::F32, {2, 3, 3, 3}), idxo(DType::U8, {2, 3, 3, 3});
+  args.input = xo.ref(), args.output = yo.ref(), args.indices = idxo.ref();
+  ASSERT_NO_THROW(k.pool2d_forward(args));
+  idxo.set(4 * 9 + 5, 4);
+  try {
+    k.pool2d_backward(args);
+    ADD_FAILURE() << "index 4 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at output element 41 "), std::string::npos) << e.what();
+  }
   args.pad_h = 2;
   EXPECT_THROW(k.pool2d_forward(args), Error);  // padding over half the kernel
 }
