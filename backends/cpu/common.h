@@ -104,6 +104,35 @@ void convert_n(const From* src, To* dst, int64_t n) {
   }
 }
 
+// dst[0, n) = src[0, n) for rows of at most 128 bytes in a few fixed-size moves (the last one
+// overlapping the one before), without the call to memmove that std::copy makes for each row
+// (with no loop, GCC does not turn it back into one); longer rows go to memcpy. For the many
+// short rows of max pooling's gathered windows and of im2col on small planes.
+template <typename T>
+inline void copy_short(const T* src, int64_t n, T* dst) {
+  static_assert(std::is_trivially_copyable_v<T>, "copy_short moves bytes");
+  const char* s = reinterpret_cast<const char*>(src);
+  char* d = reinterpret_cast<char*>(dst);
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
+  if (bytes > 128) {
+    std::memcpy(d, s, static_cast<size_t>(bytes));
+  } else if (bytes >= 16) {
+#pragma GCC unroll 7
+    for (int64_t k = 16; k < 128; k += 16) {  // a fixed count: not a copy loop to GCC
+      if (k < bytes) std::memcpy(d + k - 16, s + k - 16, 16);
+    }
+    std::memcpy(d + bytes - 16, s + bytes - 16, 16);
+  } else if (bytes >= 8) {
+    std::memcpy(d, s, 8);
+    std::memcpy(d + bytes - 8, s + bytes - 8, 8);
+  } else if (bytes >= 4) {
+    std::memcpy(d, s, 4);
+    std::memcpy(d + bytes - 4, s + bytes - 4, 4);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
 // Per-thread scratch memory that grows and is never given back, so that kernels in a training
 // loop stop allocating after the first step. Slot `slot` of the calling thread stays valid until
 // that thread asks for the same slot again; a kernel owns its slots only while it runs. OpenMP

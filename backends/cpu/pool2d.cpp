@@ -137,26 +137,6 @@ int64_t planes_at_once(const PoolGeom& g, int64_t remaining) {
   return g.h % 2 == 0 || 2 * g.oh * g.ow <= kRun ? remaining : 1;
 }
 
-// dst[0, n) = src[0, n) for the short rows of the gathered path (24 to 248 bytes): fixed-size
-// 16- or 8-byte moves, the last one overlapping, where std::copy called memmove for each row (a
-// quarter of SmallCNN's last pool). Built with -fno-tree-loop-distribute-patterns (CMakeLists.txt).
-template <typename U>
-void copy_row(const U* src, int64_t n, U* dst) {
-  const char* s = reinterpret_cast<const char*>(src);
-  char* d = reinterpret_cast<char*>(dst);
-  const int64_t bytes = n * static_cast<int64_t>(sizeof(U));
-  if (bytes >= 16) {
-    int64_t i = 0;
-    for (; i + 16 <= bytes; i += 16) std::memcpy(d + i, s + i, 16);
-    if (i < bytes) std::memcpy(d + bytes - 16, s + bytes - 16, 16);
-  } else if (bytes >= 8) {
-    std::memcpy(d, s, 8);
-    std::memcpy(d + bytes - 8, s + bytes - 8, 8);
-  } else {
-    std::copy(src, src + n, dst);
-  }
-}
-
 // Walks output rows across planes: at() is the offset in x (or grad_x) of the current row's top
 // input row. (Computing it from the row's index took a division per row: 5-20% of a pool.)
 class RowPairs {
@@ -192,8 +172,8 @@ void max_forward_2x2(const T* x_in, T* y_out, I* idx, const PoolGeom& g, int64_t
     const int64_t nr = std::min(rows, out_rows - r0);
     for (int64_t r = 0; r < nr; ++r, pairs.next()) {
       const U* row = x + pairs.at();
-      copy_row(row, 2 * ow, top + 2 * r * ow);
-      copy_row(row + w, 2 * ow, bottom + 2 * r * ow);
+      copy_short(row, 2 * ow, top + 2 * r * ow);
+      copy_short(row + w, 2 * ow, bottom + 2 * r * ow);
     }
     max_2x2_run<T>(top, bottom, y + r0 * ow, idx + r0 * ow, nr * ow);
   }
@@ -232,8 +212,8 @@ int64_t max_backward_2x2(const T* gy_in, const I* idx, T* gx_out, const PoolGeom
       bad |= max_2x2_backward_run<T>(gy + r0 * ow, idx + r0 * ow, top, bottom, nr * ow);
       for (int64_t r = 0; r < nr; ++r, pairs.next()) {
         U* row = gx + pairs.at();
-        copy_row(top + 2 * r * ow, 2 * ow, row);
-        copy_row(bottom + 2 * r * ow, 2 * ow, row + w);
+        copy_short(top + 2 * r * ow, 2 * ow, row);
+        copy_short(bottom + 2 * r * ow, 2 * ow, row + w);
         finish(row);
       }
     }
