@@ -81,33 +81,10 @@ void parallel_for(int64_t n, int64_t cost_per_item, Body&& body) {
   }
 }
 
-// Converts n elements From -> To; a half destination is rounded once, to nearest even (NaN stays
-// NaN, fp16 overflows to inf). half <-> fp32 go through the ISA level's vector conversions
-// (isa/convert_<isa>.cpp), because Eigen 3.4's cast<>() runs those element by element; other pairs
-// go through Eigen.
-template <typename From, typename To>
-void convert_n(const From* src, To* dst, int64_t n) {
-  if (n <= 0) return;
-  if constexpr (std::is_same_v<From, Eigen::half> && std::is_same_v<To, float>) {
-    isa::active().convert.f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n);
-  } else if constexpr (std::is_same_v<From, Eigen::bfloat16> && std::is_same_v<To, float>) {
-    isa::active().convert.bf16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n);
-  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Eigen::half>) {
-    isa::active().convert.f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), n);
-  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Eigen::bfloat16>) {
-    isa::active().convert.f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n);
-  } else if constexpr (std::is_same_v<From, To>) {
-    std::memcpy(dst, src, sizeof(To) * n);  // Eigen's cast<>() of bfloat16 to itself goes through float
-  } else {
-    Eigen::Map<Eigen::Array<To, Eigen::Dynamic, 1>>(dst, n) =
-        Eigen::Map<const Eigen::Array<From, Eigen::Dynamic, 1>>(src, n).template cast<To>();
-  }
-}
-
 // dst[0, n) = src[0, n) for rows of at most 128 bytes in a few fixed-size moves (the last one
 // overlapping the one before), without the call to memmove that std::copy makes for each row
 // (with no loop, GCC does not turn it back into one); longer rows go to memcpy. For the many
-// short rows of max pooling's gathered windows and of im2col on small planes.
+// short rows of max pooling's gathered windows, im2col's taps and batch norm's small planes.
 template <typename T>
 inline void copy_short(const T* src, int64_t n, T* dst) {
   static_assert(std::is_trivially_copyable_v<T>, "copy_short moves bytes");
@@ -130,6 +107,29 @@ inline void copy_short(const T* src, int64_t n, T* dst) {
     std::memcpy(d + bytes - 4, s + bytes - 4, 4);
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
+// Converts n elements From -> To; a half destination is rounded once, to nearest even (NaN stays
+// NaN, fp16 overflows to inf). half <-> fp32 go through the ISA level's vector conversions
+// (isa/convert_<isa>.cpp), because Eigen 3.4's cast<>() runs those element by element; other pairs
+// go through Eigen.
+template <typename From, typename To>
+void convert_n(const From* src, To* dst, int64_t n) {
+  if (n <= 0) return;
+  if constexpr (std::is_same_v<From, Eigen::half> && std::is_same_v<To, float>) {
+    isa::active().convert.f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n);
+  } else if constexpr (std::is_same_v<From, Eigen::bfloat16> && std::is_same_v<To, float>) {
+    isa::active().convert.bf16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n);
+  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Eigen::half>) {
+    isa::active().convert.f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), n);
+  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Eigen::bfloat16>) {
+    isa::active().convert.f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n);
+  } else if constexpr (std::is_same_v<From, To>) {
+    copy_short(src, n, dst);  // Eigen's cast<>() of bfloat16 to itself goes through float
+  } else {
+    Eigen::Map<Eigen::Array<To, Eigen::Dynamic, 1>>(dst, n) =
+        Eigen::Map<const Eigen::Array<From, Eigen::Dynamic, 1>>(src, n).template cast<To>();
   }
 }
 
