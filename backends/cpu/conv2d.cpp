@@ -58,12 +58,14 @@ void zero_columns(Acc* block, int64_t ow, int64_t y0, int64_t y1, int64_t ox0, i
   }
 }
 
-// im2col (below) for planes of at most kSmallPlane outputs: each channel is copied once into a zero-padded
-// plane, from which every tap's rows are plain copies with no padding to work out. With calls to
-// fill and copy each tap's 9 values, im2col was half of AirNet's bf16 backward-weight on its 3x3
-// planes (7x7 planes, 49 values a tap, ran 10-15% slower this way).
+// im2col (below) for planes of at most kSmallPlane outputs: each channel is copied once into a
+// zero-padded plane, from which every tap's rows are plain copies with no padding to work out.
+// With calls to fill and copy each tap's 9 values, im2col was half of AirNet's bf16
+// backward-weight on its 3x3 planes (7x7 planes, 49 values a tap, ran 10-15% slower this way).
 constexpr int64_t kSmallPlane = 16, kSmallPadded = 1024;
-bool im2col_small(const ConvGeom& g) { return g.oh * g.ow <= kSmallPlane && (g.h + 2 * g.ph) * (g.w + 2 * g.pw) <= kSmallPadded; }
+bool im2col_small(const ConvGeom& g) {
+  return g.oh * g.ow <= kSmallPlane && (g.h + 2 * g.ph) * (g.w + 2 * g.pw) <= kSmallPadded;
+}
 
 template <typename T, typename Acc>
 void im2col_padded(const T* x, Acc* col, const ConvGeom& g, int64_t oy_begin, int64_t oy_end, int64_t ld) {

@@ -141,7 +141,7 @@ int64_t planes_at_once(const PoolGeom& g, int64_t remaining) {
 // input row. (Computing it from the row's index took a division per row: 5-20% of a pool.)
 class RowPairs {
  public:
-  RowPairs(const PoolGeom& g) : oh_(g.oh), w_(g.w), plane_(g.h * g.w) {}
+  explicit RowPairs(const PoolGeom& g) : oh_(g.oh), w_(g.w), plane_(g.h * g.w) {}
   int64_t at() const { return base_ + 2 * oy_ * w_; }
   bool last_of_plane() const { return oy_ == oh_ - 1; }
   void next() {
