@@ -72,17 +72,14 @@ void im2col_padded(const T* x, Acc* col, const ConvGeom& g, int64_t oy_begin, in
   const int64_t hp = g.h + 2 * g.ph, wp = g.w + 2 * g.pw, ow = g.ow;
   Acc padded[kSmallPadded];
   std::fill(padded, padded + hp * wp, Acc(0));  // the border stays zero; the inside is rewritten
-  // The taps move bits: Eigen's half types as uint16_t, which the compiler vectorises.
-  using Bits = std::conditional_t<sizeof(Acc) == 2, uint16_t, Acc>;
-  const Bits* pad = reinterpret_cast<const Bits*>(padded);
   for (int64_t c = 0; c < g.c; ++c) {
     for (int64_t iy = 0; iy < g.h; ++iy) convert_n(x + (c * g.h + iy) * g.w, padded + (iy + g.ph) * wp + g.pw, g.w);
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       for (int64_t kx = 0; kx < g.kw; ++kx) {
-        Bits* row = reinterpret_cast<Bits*>(col + ((c * g.kh + ky) * g.kw + kx) * ld);
+        Acc* row = col + ((c * g.kh + ky) * g.kw + kx) * ld;
         for (int64_t oy = oy_begin; oy < oy_end; ++oy) {
-          const Bits* src = pad + (oy * g.sh + ky) * wp + kx;
-          Bits* dst = row + (oy - oy_begin) * ow;
+          const Acc* src = padded + (oy * g.sh + ky) * wp + kx;
+          Acc* dst = row + (oy - oy_begin) * ow;
           if (g.sw == 1) {
             copy_short(src, ow, dst);
           } else {
