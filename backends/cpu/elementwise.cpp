@@ -121,19 +121,23 @@ void gelu_float(const T* x, const T* g, T* y, int64_t n) {
     alignas(64) float xb[kGeluBlock], cdf[kGeluBlock], pdf[kGeluBlock], gb[kGeluBlock];
     for (int64_t s = begin; s < end; s += kGeluBlock) {
       const int64_t len = std::min(kGeluBlock, end - s);
-      convert_n(x + s, xb, len);
+      // fp32 is read and written where it is; half types go through fp32 copies in xb and gb.
+      const float *xs = xb, *gs = gb;
+      float* ys = xb;
       if constexpr (std::is_same_v<T, float>) {
-        isa::active().gelu.normal_cdf_pdf(xb, cdf, g ? pdf : nullptr, len);
+        xs = x + s, gs = g ? g + s : nullptr, ys = y + s;
+        isa::active().gelu.normal_cdf_pdf(xs, cdf, g ? pdf : nullptr, len);
       } else {  // rounded to a half type next: fp32 arithmetic is enough
+        convert_n(x + s, xb, len);
+        if (g) convert_n(g + s, gb, len);
         isa::active().gelu.normal_cdf_pdf_half(xb, cdf, g ? pdf : nullptr, len);
       }
       if (g) {
-        convert_n(g + s, gb, len);
-        for (int64_t i = 0; i < len; ++i) xb[i] = gb[i] * (cdf[i] + xb[i] * pdf[i]);
+        for (int64_t i = 0; i < len; ++i) ys[i] = gs[i] * (cdf[i] + xs[i] * pdf[i]);
       } else {
-        for (int64_t i = 0; i < len; ++i) xb[i] *= cdf[i];
+        for (int64_t i = 0; i < len; ++i) ys[i] = xs[i] * cdf[i];
       }
-      convert_n(xb, y + s, len);
+      if constexpr (!std::is_same_v<T, float>) convert_n(xb, y + s, len);
     }
   });
 }
