@@ -493,10 +493,8 @@ void grad_weight_product(const float* a, int64_t lda, int64_t m, const float* b,
     return;
   }
   float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(m, depth));
-  float* bt = thread_scratch<float>(kSlotGradYT, depth * n);
   packed_gemm::pack_a(a, lda, 1, m, depth, packed);
-  packed_gemm::transpose(b, ldb, n, depth, bt, n);
-  packed_gemm::gemm(packed, m, depth, bt, n, n, c, n, nullptr, packed_gemm::Accumulate::Yes);
+  packed_gemm::gemm_bt(packed, m, depth, b, ldb, n, c, n, packed_gemm::Accumulate::Yes);
 }
 
 // backward-weight by Winograd F(2x2, 3x3): per group of images, V (the forward's input transform)

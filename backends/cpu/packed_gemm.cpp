@@ -23,10 +23,6 @@ int64_t packed_size(int64_t m, int64_t k) {
   return (m + mr - 1) / mr * mr * k;
 }
 
-void transpose(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride) {
-  isa::active().gemm.transpose(src, src_stride, m, n, dst, dst_stride);
-}
-
 void pack_a(const float* a, int64_t row_stride, int64_t col_stride, int64_t m, int64_t k, float* out) {
   const isa::F32Gemm& t = isa::active().gemm;
   // Panels spread over the threads (serially inside a parallel region): a convolution's weights
@@ -47,8 +43,11 @@ void pack_a(const float* a, int64_t row_stride, int64_t col_stride, int64_t m, i
   });
 }
 
-void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
-          const float* init, Accumulate accumulate) {
+namespace {
+// gemm and gemm_bt: B given as itself (k x n) or as its transpose (n x k, then always copied,
+// transposed, into the strip).
+void gemm_strips(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t ldb, bool b_transposed,
+                 int64_t n, float* c, int64_t ldc, const float* init, Accumulate accumulate) {
   const isa::F32Gemm& t = isa::active().gemm;
   // Column strips outermost, each cut into blocks of kDepthBlock rows of B, which every panel of A
   // passes over while the block stays in L1. With enough panels to pay for it, the block is first
@@ -63,7 +62,11 @@ void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t l
       const int64_t depth = std::min(kDepthBlock, k - k0);
       const float* block = b + k0 * ldb + col;
       int64_t ld = ldb;
-      if (m >= kMinPanelsToCopy * t.mr && depth > kCopyDepth) {
+      if (b_transposed) {
+        t.transpose(b + col * ldb + k0, ldb, cols, depth, strip, t.nr);
+        block = strip;
+        ld = t.nr;
+      } else if (m >= kMinPanelsToCopy * t.mr && depth > kCopyDepth) {
         for (int64_t j = 0; j < depth; ++j) std::memcpy(strip + j * t.nr, block + j * ldb, sizeof(float) * cols);
         block = strip;
         ld = t.nr;
@@ -77,6 +80,17 @@ void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t l
       }
     }
   }
+}
+}  // namespace
+
+void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
+          const float* init, Accumulate accumulate) {
+  gemm_strips(a_packed, m, k, b, ldb, false, n, c, ldc, init, accumulate);
+}
+
+void gemm_bt(const float* a_packed, int64_t m, int64_t k, const float* bt, int64_t ldbt, int64_t n, float* c,
+             int64_t ldc, Accumulate accumulate) {
+  gemm_strips(a_packed, m, k, bt, ldbt, true, n, c, ldc, nullptr, accumulate);
 }
 
 void gemm_nt(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t n, int64_t k, float* c,

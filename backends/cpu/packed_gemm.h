@@ -16,8 +16,6 @@ namespace demi::backend::cpu::packed_gemm {
 
 // Floats pack_a needs for an m x k matrix: whole panels of the tile's rows.
 int64_t packed_size(int64_t m, int64_t k);
-// dst[j * dst_stride + i] = src[i * src_stride + j] for an m x n src.
-void transpose(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride);
 // Packs A[i, j] = a[i * row_stride + j * col_stride] (m x k) into panels: panel p holds, for each
 // j, the tile's rows of A[p * rows + r, j] (0 past row m).
 void pack_a(const float* a, int64_t row_stride, int64_t col_stride, int64_t m, int64_t k, float* out);
@@ -26,6 +24,10 @@ void pack_a(const float* a, int64_t row_stride, int64_t col_stride, int64_t m, i
 enum class Accumulate { No, Yes };
 void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
           const float* init, Accumulate accumulate = Accumulate::No);
+// The same with B given as its transpose bt (n x k, row stride ldbt), without init: each block of B
+// is transposed straight into the L1 strip the tile reads (no transposed copy of all of B first).
+void gemm_bt(const float* a_packed, int64_t m, int64_t k, const float* bt, int64_t ldbt, int64_t n, float* c,
+             int64_t ldc, Accumulate accumulate = Accumulate::No);
 
 // C (m x n, row stride ldc) = A * B^T, or with Accumulate::Yes C += A * B^T, for A (m x k) and B
 // (n x k) both row-major (row strides lda, ldb): sums of products of two k-contiguous rows, as

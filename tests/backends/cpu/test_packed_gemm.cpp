@@ -1,7 +1,8 @@
 // Pins packed_gemm::gemm (backends/cpu/packed_gemm.cpp), the fp32 walk under the convolutions, to a
 // naive fp64 loop: column strips cut into depth blocks of 128 rows, copied into contiguous rows
 // when C has 8 or more panels and the block is deeper than 64 rows, with init (bias) and
-// accumulate. The shapes straddle each of those limits. Every case runs once per ISA level.
+// accumulate. The shapes straddle each of those limits. gemm_bt (B given transposed, every block
+// transposed into the strip) runs the same cases without init. Every case runs once per ISA level.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -43,36 +44,53 @@ std::string describe(const Case& c) {
 class PackedGemm : public demi_test::IsaFixture<isa::Level> {};
 INSTANTIATE_TEST_SUITE_P(Isa, PackedGemm, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
 
-TEST_P(PackedGemm, MatchesFp64Reference) {
+// Runs case c through gemm, or with b_transposed through gemm_bt (c.init ignored), against fp64.
+void expect_matches_fp64(const Case& c, bool b_transposed) {
+  SCOPED_TRACE(describe(c) + (b_transposed ? " (gemm_bt)" : ""));
+  const bool init = c.init && !b_transposed;
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (const Case& c : kCases) {
-    SCOPED_TRACE(describe(c));
-    const int64_t ldb = c.n + 3, ldc = c.n + 5;  // strides past the columns, as the convolutions' are
-    std::vector<float> a(c.m * c.k), b(c.k * ldb), init(c.m), out(c.m * ldc);
-    for (float& v : a) v = dist(rng);
-    for (float& v : b) v = dist(rng);
-    for (float& v : init) v = dist(rng);
-    for (float& v : out) v = dist(rng);  // C's previous values: kept with accumulate, else overwritten
-    const std::vector<float> before = out;
-    std::vector<float> packed(packed_gemm::packed_size(c.m, c.k) + 1);
-    packed_gemm::pack_a(a.data(), c.k, 1, c.m, c.k, packed.data());
-    packed_gemm::gemm(packed.data(), c.m, c.k, b.data(), ldb, c.n, out.data(), ldc, c.init ? init.data() : nullptr,
-                      c.accumulate ? packed_gemm::Accumulate::Yes : packed_gemm::Accumulate::No);
-    std::vector<double> got, want;
-    for (int64_t i = 0; i < c.m; ++i) {
-      for (int64_t j = 0; j < c.n; ++j) {
-        double sum = c.accumulate ? before[i * ldc + j] : (c.init ? init[i] : 0.0);
-        for (int64_t p = 0; p < c.k; ++p) sum += double(a[i * c.k + p]) * b[p * ldb + j];
-        got.push_back(out[i * ldc + j]);
-        want.push_back(sum);
-      }
-      for (int64_t j = c.n; j < ldc; ++j) {  // the padding past n is never written
-        ASSERT_EQ(out[i * ldc + j], before[i * ldc + j]) << "row " << i << " column " << j;
-      }
-    }
-    demi::test::expect_close(got, want, demi::test::accumulated(DType::F32, c.k + 1));
+  // Strides past the columns, as the convolutions' are; B[p][j] at b[p * ldb + j], or for gemm_bt
+  // at b[j * ldbt + p].
+  const int64_t ldb = c.n + 3, ldbt = c.k + 3, ldc = c.n + 5;
+  std::vector<float> a(c.m * c.k), b(b_transposed ? c.n * ldbt : c.k * ldb), init_values(c.m), out(c.m * ldc);
+  for (float& v : a) v = dist(rng);
+  for (float& v : b) v = dist(rng);
+  for (float& v : init_values) v = dist(rng);
+  for (float& v : out) v = dist(rng);  // C's previous values: kept with accumulate, else overwritten
+  const std::vector<float> before = out;
+  std::vector<float> packed(packed_gemm::packed_size(c.m, c.k) + 1);
+  packed_gemm::pack_a(a.data(), c.k, 1, c.m, c.k, packed.data());
+  const auto accumulate = c.accumulate ? packed_gemm::Accumulate::Yes : packed_gemm::Accumulate::No;
+  if (b_transposed) {
+    packed_gemm::gemm_bt(packed.data(), c.m, c.k, b.data(), ldbt, c.n, out.data(), ldc, accumulate);
+  } else {
+    packed_gemm::gemm(packed.data(), c.m, c.k, b.data(), ldb, c.n, out.data(), ldc, init ? init_values.data() : nullptr,
+                      accumulate);
   }
+  std::vector<double> got, want;
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double sum = c.accumulate ? before[i * ldc + j] : (init ? init_values[i] : 0.0);
+      for (int64_t p = 0; p < c.k; ++p) {
+        sum += double(a[i * c.k + p]) * (b_transposed ? b[j * ldbt + p] : b[p * ldb + j]);
+      }
+      got.push_back(out[i * ldc + j]);
+      want.push_back(sum);
+    }
+    for (int64_t j = c.n; j < ldc; ++j) {  // the padding past n is never written
+      ASSERT_EQ(out[i * ldc + j], before[i * ldc + j]) << "row " << i << " column " << j;
+    }
+  }
+  demi::test::expect_close(got, want, demi::test::accumulated(DType::F32, c.k + 1));
+}
+
+TEST_P(PackedGemm, MatchesFp64Reference) {
+  for (const Case& c : kCases) expect_matches_fp64(c, false);
+}
+
+TEST_P(PackedGemm, GivenBTransposedMatchesFp64Reference) {
+  for (const Case& c : kCases) expect_matches_fp64(c, true);
 }
 
 }  // namespace
