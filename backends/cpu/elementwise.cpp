@@ -125,7 +125,9 @@ void gelu_float(const T* x, const T* g, T* y, int64_t n) {
       const float *xs = xb, *gs = gb;
       float* ys = xb;
       if constexpr (std::is_same_v<T, float>) {
-        xs = x + s, gs = g ? g + s : nullptr, ys = y + s;
+        xs = x + s;
+        gs = g ? g + s : nullptr;
+        ys = y + s;
         isa::active().gelu.normal_cdf_pdf(xs, cdf, g ? pdf : nullptr, len);
       } else {  // rounded to a half type next: fp32 arithmetic is enough
         convert_n(x + s, xb, len);

@@ -60,16 +60,16 @@ void gemm_strips(const float* a_packed, int64_t m, int64_t k, const float* b, in
     const int64_t cols = std::min(t.nr, n - col);
     for (int64_t k0 = 0; k0 == 0 || k0 < k; k0 += kDepthBlock) {  // k = 0 still writes C = init
       const int64_t depth = std::min(kDepthBlock, k - k0);
-      const float* block = b + k0 * ldb + col;
-      int64_t ld = ldb;
+      const float* block = strip;  // the tile reads B's block from the strip, or in place
+      int64_t ld = t.nr;
       if (b_transposed) {
         t.transpose(b + col * ldb + k0, ldb, cols, depth, strip, t.nr);
-        block = strip;
-        ld = t.nr;
       } else if (m >= kMinPanelsToCopy * t.mr && depth > kCopyDepth) {
-        for (int64_t j = 0; j < depth; ++j) std::memcpy(strip + j * t.nr, block + j * ldb, sizeof(float) * cols);
-        block = strip;
-        ld = t.nr;
+        const float* src = b + k0 * ldb + col;
+        for (int64_t j = 0; j < depth; ++j) std::memcpy(strip + j * t.nr, src + j * ldb, sizeof(float) * cols);
+      } else {
+        block = b + k0 * ldb + col;
+        ld = ldb;
       }
       // Blocks after the first add their sums to C (the tile's accumulate: each block's sum
       // starts from 0, as the caller's accumulate does).
