@@ -42,30 +42,36 @@ template <int chains>
 template <int chains>
 [[gnu::always_inline]] inline void cdf_pdf_block(const float* x, float* cdf, float* pdf) {
   const __m256d one = set(1.0), half = set(0.5), sign = set(-0.0);
-  __m256d xd[chains], t[chains], zz[chains], e[chains];
+  __m256d xd[chains], t[chains], e[chains], h[chains];
   for (int u = 0; u < chains; ++u) {
     xd[u] = _mm256_cvtps_pd(_mm_loadu_ps(x + 4 * u));
     const __m256d z = _mm256_mul_pd(_mm256_andnot_pd(sign, xd[u]), set(kGeluSqrtHalf));
-    zz[u] = _mm256_mul_pd(z, z);
+    e[u] = _mm256_fnmadd_pd(z, z, _mm256_setzero_pd());  // -z^2
     t[u] = _mm256_div_pd(one, _mm256_fmadd_pd(half, z, one));
-    e[u] = set(kGeluErfc[9]);
   }
-  for (int j = 8; j >= 0; --j) {
-    for (int u = 0; u < chains; ++u) e[u] = _mm256_fmadd_pd(t[u], e[u], set(kGeluErfc[j]));
-  }
-  for (int u = 0; u < chains; ++u) e[u] = _mm256_sub_pd(e[u], zz[u]);
-  exp_nonpositive(e);
-  for (int u = 0; u < chains; ++u) {
-    const __m256d h = _mm256_mul_pd(_mm256_mul_pd(half, t[u]), e[u]);
-    const __m256d negative = _mm256_cmp_pd(xd[u], _mm256_setzero_pd(), _CMP_LT_OQ);
-    _mm_storeu_ps(cdf + 4 * u, _mm256_cvtpd_ps(_mm256_blendv_pd(_mm256_sub_pd(one, h), h, negative)));
-  }
-  if (pdf) {
-    for (int u = 0; u < chains; ++u) e[u] = _mm256_sub_pd(_mm256_setzero_pd(), zz[u]);
+  // h = erfc(z) / 2 = t exp(P(t) - z^2) / 2 = t Q(t) exp(-z^2) / 2
+  if (pdf) {  // exp(-z^2) serves both, with Q (degree 14) for exp(P)
     exp_nonpositive(e);
     for (int u = 0; u < chains; ++u) {
       _mm_storeu_ps(pdf + 4 * u, _mm256_cvtpd_ps(_mm256_mul_pd(e[u], set(kGeluInvSqrt2Pi))));
+      h[u] = set(kGeluExpP[14]);
     }
+    for (int j = 13; j >= 0; --j) {
+      for (int u = 0; u < chains; ++u) h[u] = _mm256_fmadd_pd(t[u], h[u], set(kGeluExpP[j]));
+    }
+    for (int u = 0; u < chains; ++u) h[u] = _mm256_mul_pd(h[u], e[u]);
+  } else {  // one exp either way: P (degree 9) costs less than Q
+    for (int u = 0; u < chains; ++u) h[u] = set(kGeluErfc[9]);
+    for (int j = 8; j >= 0; --j) {
+      for (int u = 0; u < chains; ++u) h[u] = _mm256_fmadd_pd(t[u], h[u], set(kGeluErfc[j]));
+    }
+    for (int u = 0; u < chains; ++u) h[u] = _mm256_add_pd(h[u], e[u]);
+    exp_nonpositive(h);
+  }
+  for (int u = 0; u < chains; ++u) {
+    h[u] = _mm256_mul_pd(_mm256_mul_pd(half, t[u]), h[u]);
+    const __m256d negative = _mm256_cmp_pd(xd[u], _mm256_setzero_pd(), _CMP_LT_OQ);
+    _mm_storeu_ps(cdf + 4 * u, _mm256_cvtpd_ps(_mm256_blendv_pd(_mm256_sub_pd(one, h[u]), h[u], negative)));
   }
 }
 

@@ -46,38 +46,44 @@ void normal_cdf_pdf(const float* x, float* cdf, float* pdf, int64_t n) {
   const __m512d one = set(1.0), half = set(0.5);
   for (int64_t i = 0; i < n; i += 8 * kChains) {
     __mmask8 m[kChains];
-    __m512d xd[kChains], t[kChains], zz[kChains];
+    __m512d xd[kChains], t[kChains];
     Chains e;
     for (int u = 0; u < kChains; ++u) {
       m[u] = static_cast<__mmask8>(n - i > 8 * u ? lane_mask(n - i - 8 * u) : 0);
       xd[u] = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m[u], x + i + 8 * u));
       const __m512d z = _mm512_mul_pd(_mm512_abs_pd(xd[u]), set(kGeluSqrtHalf));
-      zz[u] = _mm512_mul_pd(z, z);
+      e[u] = _mm512_fnmadd_pd(z, z, _mm512_setzero_pd());  // -z^2
       // t = 1 / d by rcp14 and two Newton steps (2^-14 -> 2^-28 -> 2^-56; the divider took longer);
       // z capped so that an infinite x gives t ~ 0, not inf * 0 = NaN in the Newton step.
       const __m512d d = _mm512_fmadd_pd(half, _mm512_min_pd(set(1e10), z), one);
       t[u] = _mm512_rcp14_pd(d);
       t[u] = _mm512_fmadd_pd(t[u], _mm512_fnmadd_pd(d, t[u], one), t[u]);
       t[u] = _mm512_fmadd_pd(t[u], _mm512_fnmadd_pd(d, t[u], one), t[u]);
-      e[u] = set(kGeluErfc[9]);
     }
-    for (int j = 8; j >= 0; --j) {
-      for (int u = 0; u < kChains; ++u) e[u] = _mm512_fmadd_pd(t[u], e[u], set(kGeluErfc[j]));
-    }
-    for (int u = 0; u < kChains; ++u) e[u] = _mm512_sub_pd(e[u], zz[u]);
-    exp_nonpositive(e);
-    for (int u = 0; u < kChains; ++u) {
-      const __m512d h = _mm512_mul_pd(_mm512_mul_pd(half, t[u]), e[u]);
-      const __mmask8 negative = _mm512_cmp_pd_mask(xd[u], _mm512_setzero_pd(), _CMP_LT_OQ);
-      const __m512d value = _mm512_mask_blend_pd(negative, _mm512_sub_pd(one, h), h);
-      _mm256_mask_storeu_ps(cdf + i + 8 * u, m[u], _mm512_cvtpd_ps(value));
-    }
-    if (pdf) {
-      for (int u = 0; u < kChains; ++u) e[u] = _mm512_sub_pd(_mm512_setzero_pd(), zz[u]);
+    __m512d h[kChains];  // erfc(z) / 2 = t exp(P(t) - z^2) / 2 = t Q(t) exp(-z^2) / 2
+    if (pdf) {  // exp(-z^2) serves both, with Q (degree 14) for exp(P)
       exp_nonpositive(e);
       for (int u = 0; u < kChains; ++u) {
         _mm256_mask_storeu_ps(pdf + i + 8 * u, m[u], _mm512_cvtpd_ps(_mm512_mul_pd(e[u], set(kGeluInvSqrt2Pi))));
+        h[u] = set(kGeluExpP[14]);
       }
+      for (int j = 13; j >= 0; --j) {
+        for (int u = 0; u < kChains; ++u) h[u] = _mm512_fmadd_pd(t[u], h[u], set(kGeluExpP[j]));
+      }
+      for (int u = 0; u < kChains; ++u) h[u] = _mm512_mul_pd(h[u], e[u]);
+    } else {  // one exp either way: P (degree 9) costs less than Q
+      for (int u = 0; u < kChains; ++u) h[u] = set(kGeluErfc[9]);
+      for (int j = 8; j >= 0; --j) {
+        for (int u = 0; u < kChains; ++u) h[u] = _mm512_fmadd_pd(t[u], h[u], set(kGeluErfc[j]));
+      }
+      for (int u = 0; u < kChains; ++u) h[u] = _mm512_add_pd(h[u], e[u]);
+      exp_nonpositive(h);
+    }
+    for (int u = 0; u < kChains; ++u) {
+      h[u] = _mm512_mul_pd(_mm512_mul_pd(half, t[u]), h[u]);
+      const __mmask8 negative = _mm512_cmp_pd_mask(xd[u], _mm512_setzero_pd(), _CMP_LT_OQ);
+      const __m512d value = _mm512_mask_blend_pd(negative, _mm512_sub_pd(one, h[u]), h[u]);
+      _mm256_mask_storeu_ps(cdf + i + 8 * u, m[u], _mm512_cvtpd_ps(value));
     }
   }
 }
