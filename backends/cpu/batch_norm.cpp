@@ -61,6 +61,15 @@ class ChannelPlanes {
     if (widened_) return widened_ + n * g_.hw;
     return load_plane(x_ + (n * g_.c + c_) * g_.hw, g_.hw, slot_);
   }
+  // Asks for plane n (if any) ahead of its read, in the first pass over the channel. Walking a
+  // channel of NCHW steps a whole image between planes, so each plane starts on a page the hardware
+  // prefetcher has not seen (a 32x32 fp32 plane is one page): SmallCNN's fp32 batch norms ran
+  // 10-15% faster forward and backward in the training step (bench_train_step --profile).
+  void prefetch(int64_t n) const {
+    if (widened_ || n >= g_.n) return;
+    const char* p = reinterpret_cast<const char*>(x_ + (n * g_.c + c_) * g_.hw);
+    for (int64_t b = 0; b < g_.hw * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(p + b);
+  }
   // The whole channel widened (N planes back to back) when it is at most kWholeChannelBytes, or
   // nullptr: the passes then take the channel in a few long calls instead of plane by plane (a
   // 3x3 plane is 9 values), with one more channel-sized buffer (at 32x32, 128 images, the two
@@ -255,7 +264,10 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
         if (whole) {
           sum = sum_double(whole, g.count());
         } else {
-          for (int64_t n = 0; n < g.n; ++n) sum += sum_double(xs.plane(n), g.hw);
+          for (int64_t n = 0; n < g.n; ++n) {
+            xs.prefetch(n + 1);
+            sum += sum_double(xs.plane(n), g.hw);
+          }
         }
         mean = sum / count;
         // Pass 2: squared deviations are positive, so Acc sums of a plane or block lose nothing to
@@ -364,6 +376,7 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
         });
       } else {
         for (int64_t n = 0; n < g.n; ++n) {
+          xs.prefetch(n + 1), gs.prefetch(n + 1);
           const ConstArrayMap<Acc> xp(xs.plane(n), g.hw);
           const ConstArrayMap<Acc> gp(g_plane(n, xp.data()), g.hw);
           sum_g += sum_double(gp.data(), g.hw);
