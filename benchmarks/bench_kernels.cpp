@@ -123,13 +123,14 @@ constexpr int64_t kBatch = 128;
 
 enum class Pass { Forward, BackwardData, BackwardWeight };
 
+// Without a bias, as in both nets (their convolutions feed a batch norm): a bias adds its sum over
+// grad_y to every backward-weight pass.
 struct ConvBuffers {
-  Buffer x, w, y, b;
+  Buffer x, w, y;
   Conv2dArgs args;
   ConvBuffers(const ConvShape& s, DType dtype)
-      : x(dtype, {kBatch, s.c, s.hw, s.hw}), w(dtype, {s.o, s.c, 3, 3}), y(dtype, {kBatch, s.o, s.hw, s.hw}),
-        b(dtype, {s.o}) {
-    args.input = x.ref(), args.weight = w.ref(), args.output = y.ref(), args.bias = b.ref();
+      : x(dtype, {kBatch, s.c, s.hw, s.hw}), w(dtype, {s.o, s.c, 3, 3}), y(dtype, {kBatch, s.o, s.hw, s.hw}) {
+    args.input = x.ref(), args.weight = w.ref(), args.output = y.ref();
     args.pad_h = args.pad_w = 1;
   }
   double flops() const { return 2.0 * kBatch * args.weight.numel() * args.output.shape[2] * args.output.shape[3]; }
