@@ -75,6 +75,6 @@ void tile(const Bf16TileArgs& t) {
 
 }  // namespace
 
-extern const Bf16Gemm kBf16Amx = {kRows, kCols, kK, prepare, tile, gather_taps_avx512};
+extern const Bf16Gemm kBf16Amx = {kRows, kCols, kK, prepare, tile, gather_taps_avx512, im2col16_avx512};
 
 }  // namespace demi::backend::cpu::isa

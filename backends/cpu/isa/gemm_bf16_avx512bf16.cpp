@@ -72,6 +72,6 @@ void tile_entry(const Bf16TileArgs& t) {
 
 }  // namespace
 
-extern const Bf16Gemm kBf16Avx512Bf16 = {kRows, 48, 2, nullptr, tile_entry, gather_taps_avx512};
+extern const Bf16Gemm kBf16Avx512Bf16 = {kRows, 48, 2, nullptr, tile_entry, gather_taps_avx512, im2col16_avx512};
 
 }  // namespace demi::backend::cpu::isa

@@ -1,6 +1,7 @@
 // Plain C++ GEMM tiles: the oracle the vector tiles are tested against, and the `scalar` level.
 // Same contracts as the vector entries (isa.h), any tile shape; the bf16 tile takes kb = 32, as
-// AMX does, so that the bf16 walk's k padding runs on every machine.
+// AMX does, so that the bf16 walk's k padding runs on every machine. Also the bf16 table's gather
+// and 16-bit im2col as plain loops.
 #include <cstring>
 
 #include "backends/cpu/isa/isa.h"
@@ -92,9 +93,21 @@ void gather_taps(const uint32_t* src, const int64_t* offsets, int64_t taps, cons
   }
 }
 
+void im2col16(const uint16_t* x, int64_t channels, int64_t plane_stride, const Im2colPlan& plan, uint16_t* col,
+              int64_t ld) {
+  for (int64_t c = 0; c < channels; ++c) {
+    const uint16_t* plane = x + c * plane_stride;
+    for (int64_t t = 0; t < plan.taps; ++t) {
+      uint16_t* row = col + (c * plan.taps + t) * ld;
+      const uint16_t* index = plan.index + t * Im2colPlan::kMaxValues;
+      for (int64_t p = 0; p < plan.n_out; ++p) row[p] = (plan.keep[t] >> p & 1) ? plane[index[p]] : uint16_t(0);
+    }
+  }
+}
+
 }  // namespace
 
 extern const F32Gemm kGemmScalar = {kMr, kNr, f32_tile, transpose, 4, 4, dot_tile};
-extern const Bf16Gemm kBf16Scalar = {kBfMr, kBfNr, 32, nullptr, bf16_tile, gather_taps};
+extern const Bf16Gemm kBf16Scalar = {kBfMr, kBfNr, 32, nullptr, bf16_tile, gather_taps, im2col16};
 
 }  // namespace demi::backend::cpu::isa

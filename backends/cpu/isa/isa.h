@@ -140,15 +140,32 @@ struct Bf16TileArgs {
 // 32-bit words (pairs of bf16): dst[t * dst_stride + q] = src[offsets[t] + at[q]] for t < taps, q < n.
 using GatherTaps = void (*)(const uint32_t* src, const int64_t* offsets, int64_t taps, const int32_t* at, int64_t n,
                             uint32_t* dst, int64_t dst_stride);
+// im2col of planes of at most 64 16-bit values into rows of at most 64 (bf16 backward-weight on
+// AirNet's 7x7 and 3x3 planes, where copying each tap's few values one call at a time cost as much
+// as the tile): every output of tap t is one input value or zero, so the plan lists, per tap, the
+// input position of each output (`index`, kMaxValues entries a tap) and which outputs keep theirs
+// (bit p of `keep[t]`; the others are 0). For c < channels, row t of channel c, col + (c * taps + t)
+// * ld, gets n_out values from the plane at x + c * plane_stride (n_in values).
+struct Im2colPlan {
+  static constexpr int64_t kMaxValues = 64;
+  int64_t taps, n_in, n_out;
+  const uint16_t* index;
+  const uint64_t* keep;
+};
+using Im2col16 = void (*)(const uint16_t* x, int64_t channels, int64_t plane_stride, const Im2colPlan& plan,
+                          uint16_t* col, int64_t ld);
 struct Bf16Gemm {
   int64_t mr, nr, kb;  // tile rows and columns, granularity of k
   void (*prepare)();   // once per thread before a run of tiles (AMX: loads the tile configuration)
   void (*tile)(const Bf16TileArgs& args);
   GatherTaps gather_taps;
+  Im2col16 im2col16;
 };
-// The AVX-512 gather (gather_avx512.cpp), which the avx512_bf16 and amx levels share.
+// The AVX-512 gather and im2col (gather_avx512.cpp), which the avx512_bf16 and amx levels share.
 void gather_taps_avx512(const uint32_t* src, const int64_t* offsets, int64_t taps, const int32_t* at, int64_t n,
                         uint32_t* dst, int64_t dst_stride);
+void im2col16_avx512(const uint16_t* x, int64_t channels, int64_t plane_stride, const Im2colPlan& plan, uint16_t* col,
+                     int64_t ld);
 
 // Which bf16 GEMMs take the bf16 tile; the others widen bf16 into the fp32 tile (or Eigen's GEMM).
 // Winograd's 3x3 convolutions do 2.25x fewer multiplies in fp32, and their transformed operands are

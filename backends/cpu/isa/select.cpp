@@ -144,7 +144,7 @@ struct Registry {
       const int i = static_cast<int>(level);
       tables[i] = Table{level, kNames[i], gemm, winograd, convert, gelu, bf16, preferred_bf16_route(level, features)};
     };
-    constexpr Bf16Gemm kNoBf16{0, 0, 0, nullptr, nullptr, nullptr};
+    constexpr Bf16Gemm kNoBf16{0, 0, 0, nullptr, nullptr, nullptr, nullptr};
     add(Level::Scalar, kGemmScalar, kWinogradScalar, kConvertScalar, kGeluScalar, kBf16Scalar);
 #if defined(DEMI_ISA_X86)
     add(Level::Avx2, kGemmAvx2, kWinogradAvx2, kConvertAvx2, kGeluAvx2, kNoBf16);

@@ -509,5 +509,37 @@ TEST_P(IsaKernels, Bf16TileSumsTapsAtTheirOffsets) {
   }
 }
 
+TEST_P(IsaKernels, Im2col16MatchesTheOracleBitForBit) {
+  // Random plans (any input position, any kept subset) at the sizes that matter: outputs in one
+  // vector of 32 or two, inputs filling one or both, the 64-value limits. Rows are ld apart with
+  // room past n_out, which must keep its sentinel; planes are plane_stride apart.
+  const Im2col16 f = t().bf16.im2col16;
+  if (!f) GTEST_SKIP() << level_name(GetParam()) << " has no 16-bit im2col: its bf16 is widened into fp32";
+  std::mt19937 rng(17);
+  struct Shape {
+    int64_t taps, n_in, n_out;
+  };
+  for (const Shape& sh : {Shape{9, 49, 49}, Shape{9, 9, 9}, Shape{4, 64, 64}, Shape{6, 15, 33}, Shape{3, 40, 32},
+                          Shape{1, 1, 1}, Shape{2, 33, 20}}) {
+    SCOPED_TRACE("taps " + std::to_string(sh.taps) + ", " + std::to_string(sh.n_in) + " -> " + std::to_string(sh.n_out));
+    constexpr int64_t kMax = Im2colPlan::kMaxValues;
+    std::vector<uint16_t> index(sh.taps * kMax);
+    std::vector<uint64_t> keep(sh.taps);
+    std::uniform_int_distribution<int> pos(0, static_cast<int>(sh.n_in) - 1);
+    for (int64_t t = 0; t < sh.taps; ++t) {
+      for (int64_t p = 0; p < sh.n_out; ++p) index[t * kMax + p] = static_cast<uint16_t>(pos(rng));
+      keep[t] = (uint64_t{rng()} << 32 | rng()) & (sh.n_out == 64 ? ~uint64_t{0} : (uint64_t{1} << sh.n_out) - 1);
+    }
+    const Im2colPlan plan{sh.taps, sh.n_in, sh.n_out, index.data(), keep.data()};
+    const int64_t channels = 3, stride = sh.n_in + 5, ld = sh.n_out + 7;
+    std::vector<uint16_t> x(channels * stride);
+    for (uint16_t& v : x) v = static_cast<uint16_t>(rng() | 1);  // never 0, so a dropped value shows
+    std::vector<uint16_t> got(channels * sh.taps * ld, 0xABCD), want = got;
+    f(x.data(), channels, stride, plan, got.data(), ld);
+    oracle().bf16.im2col16(x.data(), channels, stride, plan, want.data(), ld);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "col[" << i << "]";
+  }
+}
+
 }  // namespace
 }  // namespace demi::backend::cpu::isa
