@@ -639,7 +639,7 @@ void backward_weight_packed(const Conv2dArgs& a, const ConvGeom& g, float* parti
       }
       if (ni > 1) {  // gather the group, one product after the last image
         im2col(x, col + k * plane, g, 0, g.oh, ni * plane);
-        for (int64_t o = 0; o < g.o; ++o) std::copy_n(gy + o * plane, plane, gy_group + (o * ni + k) * plane);
+        for (int64_t o = 0; o < g.o; ++o) copy_short(gy + o * plane, plane, gy_group + (o * ni + k) * plane);
         if (k == ni - 1) grad_weight_product(col, ni * plane, ckk, gy_group, ni * plane, g.o, ni * plane, partial + t * wsize);
         continue;
       }
@@ -785,7 +785,7 @@ void backward_weight_bf16(const Conv2dArgs& a, const ConvGeom& g, float* partial
       for (int64_t k = 0; k < ni; ++k) {
         im2col(input + (i0 + k) * image, col + k * plane, g, 0, g.oh, lda);
         for (int64_t o = 0; o < g.o; ++o) {
-          std::copy_n(grad_y + ((i0 + k) * g.o + o) * plane, plane, gy + o * gy_ld + k * plane);
+          copy_short(grad_y + ((i0 + k) * g.o + o) * plane, plane, gy + o * gy_ld + k * plane);
         }
       }
       if (want_bias) {  // the group's gathered rows, one sum each rather than one a plane
@@ -802,7 +802,7 @@ void backward_weight_bf16(const Conv2dArgs& a, const ConvGeom& g, float* partial
       const int64_t end = std::min(g.oh, oy + wk.rows), len = (end - oy) * g.ow, lda = bf::k_padded(len);
       const int64_t gy_ld = len + len % 2;
       im2col(x, col, g, oy, end, lda);
-      for (int64_t o = 0; o < g.o; ++o) std::copy_n(grad_y + (i0 * g.o + o) * plane + oy * g.ow, len, gy + o * gy_ld);
+      for (int64_t o = 0; o < g.o; ++o) copy_short(grad_y + (i0 * g.o + o) * plane + oy * g.ow, len, gy + o * gy_ld);
       accumulate(len, lda, gy_ld);
     }
   });
@@ -867,7 +867,7 @@ void backward_weight_bf16_split(const Conv2dArgs& a, const ConvGeom& g, float* g
     parallel_for(ceil_div(g.o, nr), nr * depth, [&](int64_t begin, int64_t end) {
       const int64_t o0 = begin * nr, o1 = std::min(g.o, end * nr);
       for (int64_t o = o0; o < o1; ++o) {
-        for (int64_t k = 0; k < ni; ++k) std::copy_n(grad_y + ((i0 + k) * g.o + o) * plane, plane, gy + o * ld + k * plane);
+        for (int64_t k = 0; k < ni; ++k) copy_short(grad_y + ((i0 + k) * g.o + o) * plane, plane, gy + o * ld + k * plane);
         if (want_bias) bias_sum[o] += sum_double(gy + o * ld, depth);  // the chunk's row at once, not plane by plane
       }
       bf::pack_bt(bits(gy) + o0 * ld, ld, depth, o1 - o0, pairs, o0);

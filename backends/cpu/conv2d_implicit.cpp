@@ -178,10 +178,10 @@ void convolve(const uint16_t* in, int64_t n, int64_t ins, const Grid& gd, const 
       for (int64_t o = 0; o < outs; ++o) {
         uint16_t* dst = out + ((i0 + i) * outs + o) * outputs;
         if (!grid) {
-          std::copy_n(c + o * ldc + i * outputs, outputs, dst);
+          copy_short(c + o * ldc + i * outputs, outputs, dst);
           continue;
         }
-        for (int64_t oy = 0; oy < oh; ++oy) std::copy_n(c + o * ldc + i * plane + oy * wp, ow, dst + oy * ow);
+        for (int64_t oy = 0; oy < oh; ++oy) copy_short(c + o * ldc + i * plane + oy * wp, ow, dst + oy * ow);
       }
     }
   });
