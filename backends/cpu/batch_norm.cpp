@@ -33,6 +33,16 @@ const acc_t<T>* load_plane(const T* x, int64_t hw, int slot) {
   }
 }
 
+// Asks for n values at p ahead of writing them. The outputs go out channel by channel too, each
+// plane a whole image after the last (on another page), which the hardware prefetcher does not
+// follow: asked for ahead, AirNet's fp32 batch norms ran 20-25% faster forward and backward, most
+// of it on the 7x7 and 3x3 planes (bench_train_step --profile).
+template <typename T>
+void prefetch_for_write(T* p, int64_t n) {
+  const char* bytes = reinterpret_cast<const char*>(p);
+  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(bytes + b, 1);
+}
+
 // The N planes of one channel as acc_t<T>. With `passes` > 1, half types are widened once, into
 // this thread's `slot`, when the channel fits kWidenedChannelBytes (the passes then read fp32 from
 // cache instead of converting again: BatchNorm's repeated conversions were about a tenth of a bf16
@@ -105,7 +115,11 @@ double sum_blocks(int64_t count, BlockSum&& block_sum) {
 // Writes a channel's N planes from buf (back to back) into the NCHW tensor out, rounded once.
 template <typename T>
 void store_channel(const acc_t<T>* buf, T* out, const BnGeom& g, int64_t c) {
-  for (int64_t n = 0; n < g.n; ++n) convert_n(buf + n * g.hw, out + (n * g.c + c) * g.hw, g.hw);
+  const int64_t ahead = 1 + 1024 / (g.hw * static_cast<int64_t>(sizeof(T)));  // planes about 1 KiB ahead
+  for (int64_t n = 0; n < g.n; ++n) {
+    if (n + ahead < g.n) prefetch_for_write(out + ((n + ahead) * g.c + c) * g.hw, g.hw);
+    convert_n(buf + n * g.hw, out + (n * g.c + c) * g.hw, g.hw);
+  }
 }
 
 // What normalises a channel: y = ((x - hi) - lo) * scale + shift, with the mean as hi + lo (hi =
@@ -317,6 +331,7 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
       }
       for (int64_t n = 0; n < g.n; ++n) {
         const int64_t off = (n * g.c + c) * g.hw;
+        if (n + 1 < g.n) prefetch_for_write(y + off + g.c * g.hw, g.hw);
         Acc* buf;  // y itself in fp32 / fp64
         if constexpr (std::is_same_v<T, Acc>) buf = y + off; else buf = thread_scratch<Acc>(kSlotY, g.hw);
         normalize<T>(xs.plane(n), buf, g.hw, k, a.relu);
@@ -399,6 +414,7 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
       }
       for (int64_t n = 0; n < g.n; ++n) {
         const int64_t off = (n * g.c + c) * g.hw;
+        if (n + 1 < g.n) prefetch_for_write(gx + off + g.c * g.hw, g.hw);
         const ConstArrayMap<Acc> xp(xs.plane(n), g.hw);
         const ConstArrayMap<Acc> gp(g_plane(n, xp.data()), g.hw);
         if constexpr (std::is_same_v<T, Acc>) {
