@@ -4,12 +4,10 @@
 // channels is 16 independent GEMMs (one per point of the 4x4 transformed tile) of 2.25x fewer
 // multiplies than the direct convolution's one GEMM; the transforms are additions only.
 //
-// Why not F(4x4, 3x3) (4x fewer multiplies): its transforms scale values by up to 25 and 1/24, and
-// in fp32 its error breaks the bound every fp32 convolution test holds (tests/support/tolerance.h,
-// accumulated(F32, 9 C)). Simulated in fp32 against fp64 (inputs and weights uniform in [-1, 1],
-// as the tests fill them; 2000 tiles): the worst error is 3.9x the bound at 16 input channels, 7.4x
-// at 64 and 11x at 256, with 0.5-4% of outputs outside it; F(2x2, 3x3) stays within 0.18x, 0.27x
-// and 0.66x. PyTorch's CPU convolutions (oneDNN, direct) are as accurate as the direct sum.
+// Why not F(4x4, 3x3) (1.78x fewer multiplies): in fp32 its error breaks the bound every fp32
+// convolution test holds (tests/support/tolerance.h, accumulated(F32, 9 C)) with every choice of
+// points tried, by up to 2.9-10x at 256 channels, where F(2x2, 3x3) stays within 0.55x of it
+// (benchmarks/winograd_error; docs/BENCHMARKS.md, seventh session).
 //
 //   B^T = | 1  0 -1  0 |    G = | 1    0    0   |    A^T = | 1  1  1  0 |
 //         | 0  1  1  0 |        | 1/2  1/2  1/2 |          | 0  1 -1 -1 |
