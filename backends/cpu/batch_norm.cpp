@@ -33,14 +33,15 @@ const acc_t<T>* load_plane(const T* x, int64_t hw, int slot) {
   }
 }
 
-// Asks for n values at p ahead of writing them. The outputs go out channel by channel too, each
-// plane a whole image after the last (on another page), which the hardware prefetcher does not
-// follow: asked for ahead, AirNet's fp32 batch norms ran 20-25% faster forward and backward, most
-// of it on the 7x7 and 3x3 planes (bench_train_step --profile).
-template <typename T>
-void prefetch_for_write(T* p, int64_t n) {
+// Asks for the n values at p ahead of reading them (kWrite 0) or writing them (1). A channel of
+// NCHW is walked plane by plane, each plane a whole image after the last and on a page the hardware
+// prefetcher has not seen (a 32x32 fp32 plane is one page). Asked for ahead, SmallCNN's fp32 batch
+// norms ran 10-15% faster (the reads of the first pass) and AirNet's 20-25% (the writes, most of it
+// on the 7x7 and 3x3 planes), forward and backward (bench_train_step --profile).
+template <int kWrite, typename T>
+void prefetch_values(const T* p, int64_t n) {
   const char* bytes = reinterpret_cast<const char*>(p);
-  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(bytes + b, 1);
+  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(bytes + b, kWrite);
 }
 
 // The N planes of one channel as acc_t<T>. With `passes` > 1, half types are widened once, into
@@ -71,14 +72,9 @@ class ChannelPlanes {
     if (widened_) return widened_ + n * g_.hw;
     return load_plane(x_ + (n * g_.c + c_) * g_.hw, g_.hw, slot_);
   }
-  // Asks for plane n (if any) ahead of its read, in the first pass over the channel. Walking a
-  // channel of NCHW steps a whole image between planes, so each plane starts on a page the hardware
-  // prefetcher has not seen (a 32x32 fp32 plane is one page): SmallCNN's fp32 batch norms ran
-  // 10-15% faster forward and backward in the training step (bench_train_step --profile).
+  // Asks for plane n (if any) ahead of its read, in the first pass over the channel.
   void prefetch(int64_t n) const {
-    if (widened_ || n >= g_.n) return;
-    const char* p = reinterpret_cast<const char*>(x_ + (n * g_.c + c_) * g_.hw);
-    for (int64_t b = 0; b < g_.hw * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(p + b);
+    if (!widened_ && n < g_.n) prefetch_values<0>(x_ + (n * g_.c + c_) * g_.hw, g_.hw);
   }
   // The whole channel widened (N planes back to back) when it is at most kWholeChannelBytes, or
   // nullptr: the passes then take the channel in a few long calls instead of plane by plane (a
@@ -117,7 +113,7 @@ template <typename T>
 void store_channel(const acc_t<T>* buf, T* out, const BnGeom& g, int64_t c) {
   const int64_t ahead = 1 + 1024 / (g.hw * static_cast<int64_t>(sizeof(T)));  // planes about 1 KiB ahead
   for (int64_t n = 0; n < g.n; ++n) {
-    if (n + ahead < g.n) prefetch_for_write(out + ((n + ahead) * g.c + c) * g.hw, g.hw);
+    if (n + ahead < g.n) prefetch_values<1>(out + ((n + ahead) * g.c + c) * g.hw, g.hw);
     convert_n(buf + n * g.hw, out + (n * g.c + c) * g.hw, g.hw);
   }
 }
@@ -331,7 +327,7 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
       }
       for (int64_t n = 0; n < g.n; ++n) {
         const int64_t off = (n * g.c + c) * g.hw;
-        if (n + 1 < g.n) prefetch_for_write(y + off + g.c * g.hw, g.hw);
+        if (n + 1 < g.n) prefetch_values<1>(y + off + g.c * g.hw, g.hw);
         Acc* buf;  // y itself in fp32 / fp64
         if constexpr (std::is_same_v<T, Acc>) buf = y + off; else buf = thread_scratch<Acc>(kSlotY, g.hw);
         normalize<T>(xs.plane(n), buf, g.hw, k, a.relu);
@@ -414,7 +410,7 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
       }
       for (int64_t n = 0; n < g.n; ++n) {
         const int64_t off = (n * g.c + c) * g.hw;
-        if (n + 1 < g.n) prefetch_for_write(gx + off + g.c * g.hw, g.hw);
+        if (n + 1 < g.n) prefetch_values<1>(gx + off + g.c * g.hw, g.hw);
         const ConstArrayMap<Acc> xp(xs.plane(n), g.hw);
         const ConstArrayMap<Acc> gp(g_plane(n, xp.data()), g.hw);
         if constexpr (std::is_same_v<T, Acc>) {

@@ -22,16 +22,10 @@ void gather_taps_avx512(const uint32_t* src, const int64_t* offsets, int64_t tap
   }
 }
 
-namespace {
-__mmask32 first_lanes(int64_t valid) {
-  return valid >= 32 ? __mmask32(0xFFFFFFFFu) : valid <= 0 ? __mmask32(0) : __mmask32((1u << valid) - 1);
-}
-}  // namespace
-
 void im2col16_avx512(const uint16_t* x, int64_t channels, int64_t plane_stride, const Im2colPlan& plan, uint16_t* col,
                      int64_t ld) {
-  const __mmask32 in_lo = first_lanes(plan.n_in), in_hi = first_lanes(plan.n_in - 32);
-  const __mmask32 out_lo = first_lanes(plan.n_out), out_hi = first_lanes(plan.n_out - 32);
+  const __mmask32 in_lo = lane_mask32(plan.n_in), in_hi = lane_mask32(plan.n_in - 32);
+  const __mmask32 out_lo = lane_mask32(plan.n_out), out_hi = lane_mask32(plan.n_out - 32);
   const bool two = plan.n_out > 32;
   for (int64_t c = 0; c < channels; ++c) {
     const uint16_t* plane = x + c * plane_stride;

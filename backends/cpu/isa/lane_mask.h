@@ -13,6 +13,10 @@ namespace demi::backend::cpu::isa {
 static inline __mmask16 lane_mask(int64_t valid) {
   return valid >= 16 ? __mmask16(0xFFFF) : valid <= 0 ? __mmask16(0) : __mmask16((1u << valid) - 1);
 }
+// The same for the 32 lanes of 16-bit values in a vector (AVX512BW).
+static inline __mmask32 lane_mask32(int64_t valid) {
+  return valid >= 32 ? __mmask32(0xFFFFFFFFu) : valid <= 0 ? __mmask32(0) : __mmask32((1u << valid) - 1);
+}
 #elif defined(__AVX2__)
 // Lanes [0, valid) of 8 set, for maskload / maskstore.
 static inline __m256i lane_mask(int64_t valid) {
