@@ -1,5 +1,6 @@
 // The Winograd F(2x2, 3x3) transforms on AVX2 (compiled with -mavx2 -mfma): the AVX-512 file's
-// arithmetic 8 lanes at a time, edges through maskload / maskstore (layouts in winograd.h).
+// arithmetic 8 lanes at a time; load_first / store_first (lane_mask.h) mask only partial vectors at
+// the edges (layouts in winograd.h).
 #include <immintrin.h>
 
 #include <cstring>
@@ -11,11 +12,6 @@ namespace demi::backend::cpu::isa {
 namespace {
 
 constexpr int64_t kLanes = 8;
-
-// The first `valid` values at p (the rest of the vector zero; past it untouched): load_first /
-// store_first (lane_mask.h), a plain access when all 8 lanes are valid.
-__m256 load(const float* p, int64_t valid) { return load_first(p, valid); }
-void store(float* p, int64_t valid, __m256 v) { store_first(p, valid, v); }
 
 // 16 values lo, hi -> their even-indexed ones (ev) and odd-indexed ones (od), in order.
 void deinterleave(__m256 lo, __m256 hi, __m256& ev, __m256& od) {
@@ -36,10 +32,10 @@ void split_columns(const float* x, int64_t h, int64_t w, int64_t n, int64_t rows
     float* orow = o + (y + 1) * n;
     for (int64_t base = 0; base < w; base += 2 * kLanes) {
       __m256 ev, od;
-      deinterleave(load(src + base, w - base), load(src + base + kLanes, w - base - kLanes), ev, od);
+      deinterleave(load_first(src + base, w - base), load_first(src + base + kLanes, w - base - kLanes), ev, od);
       const int64_t k = base / 2;
-      store(orow + k, (w + 1) / 2 - k, ev);  // x[base + 2j] -> o[k + j]
-      store(er + k + 1, w / 2 - k, od);      // x[base + 2j + 1] -> e[k + j + 1]
+      store_first(orow + k, (w + 1) / 2 - k, ev);  // x[base + 2j] -> o[k + j]
+      store_first(er + k + 1, w / 2 - k, od);      // x[base + 2j + 1] -> e[k + j + 1]
     }
   }
 }
@@ -66,15 +62,15 @@ void split_lanes(const float* const* x, int64_t images, int64_t h, int64_t w, in
     __m256 ve0 = zero, vo0 = zero, ve1 = zero, vo1 = zero;
     if (r > 0 && r <= h) {
       for (int64_t g = 0; g < images; ++g) {
-        const __m256 row = load(x[g] + (r - 1) * w, w);
+        const __m256 row = load_first(x[g] + (r - 1) * w, w);
         ve0 = _mm256_blendv_ps(ve0, _mm256_permutevar8x32_ps(row, _mm256_sub_epi32(at[g], one)), own[g][1]);
         vo0 = _mm256_blendv_ps(vo0, _mm256_permutevar8x32_ps(row, at[g]), own[g][0]);
         ve1 = _mm256_blendv_ps(ve1, _mm256_permutevar8x32_ps(row, _mm256_add_epi32(at[g], one)), own[g][0]);
         vo1 = _mm256_blendv_ps(vo1, _mm256_permutevar8x32_ps(row, _mm256_add_epi32(at[g], two)), own[g][2]);
       }
     }
-    store(e0 + r * lanes, lanes, ve0), store(o0 + r * lanes, lanes, vo0), store(e1 + r * lanes, lanes, ve1);
-    store(o1 + r * lanes, lanes, vo1);
+    store_first(e0 + r * lanes, lanes, ve0), store_first(o0 + r * lanes, lanes, vo0);
+    store_first(e1 + r * lanes, lanes, ve1), store_first(o1 + r * lanes, lanes, vo1);
   }
 }
 
@@ -89,14 +85,14 @@ void transform_input(const SplitLanes& s, int64_t th, float* v, int64_t ld) {
       float* v0 = v + (4 * i) * ld + ty * lanes;
       for (int64_t l = 0; l < lanes; l += kLanes) {
         const int64_t n = lanes - l;
-        const __m256 e0 = row(load(s.e0 + a + l, n), load(s.e0 + b + l, n));
-        const __m256 o0 = row(load(s.o0 + a + l, n), load(s.o0 + b + l, n));
-        const __m256 e1 = row(load(s.e1 + a + l, n), load(s.e1 + b + l, n));
-        const __m256 o1 = row(load(s.o1 + a + l, n), load(s.o1 + b + l, n));
-        store(v0 + l, n, _mm256_sub_ps(e0, e1));
-        store(v0 + ld + l, n, _mm256_add_ps(o0, e1));
-        store(v0 + 2 * ld + l, n, _mm256_sub_ps(e1, o0));
-        store(v0 + 3 * ld + l, n, _mm256_sub_ps(o0, o1));
+        const __m256 e0 = row(load_first(s.e0 + a + l, n), load_first(s.e0 + b + l, n));
+        const __m256 o0 = row(load_first(s.o0 + a + l, n), load_first(s.o0 + b + l, n));
+        const __m256 e1 = row(load_first(s.e1 + a + l, n), load_first(s.e1 + b + l, n));
+        const __m256 o1 = row(load_first(s.o1 + a + l, n), load_first(s.o1 + b + l, n));
+        store_first(v0 + l, n, _mm256_sub_ps(e0, e1));
+        store_first(v0 + ld + l, n, _mm256_add_ps(o0, e1));
+        store_first(v0 + 2 * ld + l, n, _mm256_sub_ps(e1, o0));
+        store_first(v0 + 3 * ld + l, n, _mm256_sub_ps(o0, o1));
       }
     }
   }
@@ -107,8 +103,8 @@ void transform_input(const SplitLanes& s, int64_t th, float* v, int64_t ld) {
 void output_rows(const float* p, int64_t ld, int64_t valid, __m256 b, __m256 rows[2][2]) {
   __m256 s0[4], s1[4];
   for (int j = 0; j < 4; ++j) {
-    const __m256 m0 = load(p + j * ld, valid), m1 = load(p + (4 + j) * ld, valid);
-    const __m256 m2 = load(p + (8 + j) * ld, valid), m3 = load(p + (12 + j) * ld, valid);
+    const __m256 m0 = load_first(p + j * ld, valid), m1 = load_first(p + (4 + j) * ld, valid);
+    const __m256 m2 = load_first(p + (8 + j) * ld, valid), m3 = load_first(p + (12 + j) * ld, valid);
     s0[j] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
     s1[j] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
   }
@@ -121,8 +117,8 @@ void output_rows(const float* p, int64_t ld, int64_t valid, __m256 b, __m256 row
 // The first `count` (<= 16) values of even and odd interleaved, stored at out.
 void store_interleaved(__m256 even, __m256 odd, float* out, int64_t count) {
   const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);  // e0 o0 e1 o1 | e4 ..
-  store(out, count, _mm256_permute2f128_ps(lo, hi, 0x20));
-  store(out + kLanes, count - kLanes, _mm256_permute2f128_ps(lo, hi, 0x31));
+  store_first(out, count, _mm256_permute2f128_ps(lo, hi, 0x20));
+  store_first(out + kLanes, count - kLanes, _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
 // images > 1 needs images * tw <= 8.
@@ -145,7 +141,7 @@ void transform_output(const float* m, int64_t ld, int64_t oh, int64_t ow, int64_
     for (int r = 0; r < 2 && 2 * ty + r < oh; ++r) {
       alignas(32) float both[2 * kLanes];  // image g's output row at both[2 g tw]
       store_interleaved(rows[r][0], rows[r][1], both, 2 * kLanes);
-      for (int64_t g = 0; g < images; ++g) store(y[g] + (2 * ty + r) * ow, ow, load(both + 2 * g * tw, ow));
+      for (int64_t g = 0; g < images; ++g) store_first(y[g] + (2 * ty + r) * ow, ow, load_first(both + 2 * g * tw, ow));
     }
   }
 }
@@ -155,10 +151,10 @@ void split_grad_output(const float* gy, int64_t oh, int64_t ow, int64_t lanes, i
     for (int64_t base = 0; base < ow; base += 2 * kLanes) {
       __m256 ev, od;
       const float* src = gy + y * ow + base;
-      deinterleave(load(src, ow - base), load(src + kLanes, ow - base - kLanes), ev, od);
+      deinterleave(load_first(src, ow - base), load_first(src + kLanes, ow - base - kLanes), ev, od);
       const int64_t k = base / 2, at = y * lanes + lane0 + k;
-      store(e + at, (ow + 1) / 2 - k, ev);
-      store(o + at, ow / 2 - k, od);
+      store_first(e + at, (ow + 1) / 2 - k, ev);
+      store_first(o + at, ow / 2 - k, od);
     }
   }
 }
@@ -179,12 +175,12 @@ void split_grad_lanes(const float* const* gy, int64_t images, int64_t oh, int64_
     __m256 ve = _mm256_setzero_ps(), vo = _mm256_setzero_ps();
     if (y < oh) {
       for (int64_t g = 0; g < images; ++g) {
-        const __m256 row = load(gy[g] + y * ow, ow);
+        const __m256 row = load_first(gy[g] + y * ow, ow);
         ve = _mm256_blendv_ps(ve, _mm256_permutevar8x32_ps(row, at[g]), own[g]);
         vo = _mm256_blendv_ps(vo, _mm256_permutevar8x32_ps(row, _mm256_add_epi32(at[g], one)), own[g]);
       }
     }
-    store(e + y * lanes, lanes, ve), store(o + y * lanes, lanes, vo);
+    store_first(e + y * lanes, lanes, ve), store_first(o + y * lanes, lanes, vo);
   }
 }
 
@@ -194,15 +190,16 @@ void transform_grad_output(const float* e, const float* o, int64_t th, int64_t l
     for (int64_t l = 0; l < lanes; l += kLanes) {
       const int64_t n = lanes - l;
       const int64_t r0 = 2 * ty * lanes + l, r1 = (2 * ty + 1) * lanes + l;
-      const __m256 e0 = load(e + r0, n), o0 = load(o + r0, n), e1 = load(e + r1, n), o1 = load(o + r1, n);
+      const __m256 e0 = load_first(e + r0, n), o0 = load_first(o + r0, n);
+      const __m256 e1 = load_first(e + r1, n), o1 = load_first(o + r1, n);
       const __m256 re[4] = {e0, _mm256_add_ps(e0, e1), _mm256_sub_ps(e0, e1), _mm256_sub_ps(zero, e1)};
       const __m256 ro[4] = {o0, _mm256_add_ps(o0, o1), _mm256_sub_ps(o0, o1), _mm256_sub_ps(zero, o1)};
       for (int i = 0; i < 4; ++i) {
         float* zi = z + (4 * i) * ld + ty * lanes + l;
-        store(zi, n, re[i]);
-        store(zi + ld, n, _mm256_add_ps(re[i], ro[i]));
-        store(zi + 2 * ld, n, _mm256_sub_ps(re[i], ro[i]));
-        store(zi + 3 * ld, n, _mm256_sub_ps(zero, ro[i]));
+        store_first(zi, n, re[i]);
+        store_first(zi + ld, n, _mm256_add_ps(re[i], ro[i]));
+        store_first(zi + 2 * ld, n, _mm256_sub_ps(re[i], ro[i]));
+        store_first(zi + 3 * ld, n, _mm256_sub_ps(zero, ro[i]));
       }
     }
   }
