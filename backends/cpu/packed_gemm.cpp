@@ -44,6 +44,17 @@ void pack_a(const float* a, int64_t row_stride, int64_t col_stride, int64_t m, i
 }
 
 namespace {
+// The width of the next column strip, `left` columns from the end: nr, except where that would
+// leave a last strip of at most a third of nr (one vector) whose tile has fewer than 8 sums in
+// flight (mr of them: 4 on AVX2, against an FMA latency of 4 cycles on two ports, half the rate).
+// The last nr + r columns are then two strips of about half each, in whole 8-column vectors: 128
+// columns (the Winograd GEMMs of AirNet's 15x15, 7x7 and 3x3 layers) as 4 x 24 + 2 x 16, not
+// 5 x 24 + 8. Each column's sum is the same either way.
+int64_t strip_width(int64_t mr, int64_t nr, int64_t left) {
+  if (mr >= 8 || left <= nr || left - nr > nr / 3) return std::min(nr, left);
+  return (left / 2 + 7) / 8 * 8;
+}
+
 // gemm and gemm_bt: B given as itself (k x n) or as its transpose (n x k, then always copied,
 // transposed, into the strip).
 void gemm_strips(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t ldb, bool b_transposed,
@@ -56,8 +67,8 @@ void gemm_strips(const float* a_packed, int64_t m, int64_t k, const float* b, in
   // 200 GFLOP/s a core against 217 with the copy, AMX Xeon).
   alignas(64) static thread_local float strip[kDepthBlock * kMaxTileCols];
   DEMI_INTERNAL_CHECK(t.nr <= kMaxTileCols, "packed_gemm: tile of ", t.nr, " columns");
-  for (int64_t col = 0; col < n; col += t.nr) {
-    const int64_t cols = std::min(t.nr, n - col);
+  for (int64_t col = 0, cols = 0; col < n; col += cols) {
+    cols = strip_width(t.mr, t.nr, n - col);
     for (int64_t k0 = 0; k0 == 0 || k0 < k; k0 += kDepthBlock) {  // k = 0 still writes C = init
       const int64_t depth = std::min(kDepthBlock, k - k0);
       const float* block = strip;  // the tile reads B's block from the strip, or in place

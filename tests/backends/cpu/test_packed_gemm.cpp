@@ -1,8 +1,9 @@
 // Pins packed_gemm::gemm (backends/cpu/packed_gemm.cpp), the fp32 walk under the convolutions, to a
 // naive fp64 loop: column strips cut into depth blocks of 128 rows, copied into contiguous rows
 // when C has 8 or more panels and the block is deeper than 64 rows, with init (bias) and
-// accumulate. The shapes straddle each of those limits. gemm_bt (B given transposed, every block
-// transposed into the strip) runs the same cases without init. Every case runs once per ISA level.
+// accumulate, and a last strip of at most a vector shared with the one before it. The shapes
+// straddle each of those limits. gemm_bt (B given transposed, every block transposed into the
+// strip) runs the same cases without init. Every case runs once per ISA level.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -33,6 +34,8 @@ const Case kCases[] = {
     {"copied_block_of_one_row_past", 72, 129, 96, false, true},   // 128 copied, then 1 row in place
     {"shallow_block_in_place", 64, 64, 100, true, false},         // 64 rows: read in place
     {"copied_ragged_rows_and_columns", 70, 200, 47, true, true},  // the last panel partial
+    {"narrow_last_strip_shared", 12, 40, 128, true, true},         // AVX2: 4 x 24 + 2 x 16, not 5 x 24 + 8
+    {"narrow_ragged_strip_shared", 8, 40, 25, false, true},        // AVX2: 16 + 9, not 24 + 1
 };
 
 std::string describe(const Case& c) {
