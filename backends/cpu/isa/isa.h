@@ -93,9 +93,9 @@ struct Convert {
 // cancel for negative x), and the PDF phi(x), evaluated in double so that rounding adds nothing
 // visible in fp32. cdf[i] = Phi(x[i]); pdf[i] = phi(x[i]) when pdf is not null.
 // normal_cdf_pdf_half: the same for results that are rounded to fp16 or bf16 next, within a
-// relative 2^-17 of normal_cdf_pdf (fp16 keeps 11 bits). The AVX-512 levels evaluate it in fp32,
-// 16 values a vector (the double kernel was a tenth of an AirNet bf16 step); the others point it
-// at normal_cdf_pdf.
+// relative 2^-17 of normal_cdf_pdf (fp16 keeps 11 bits). The AVX2 and AVX-512 levels evaluate it in
+// fp32, 8 or 16 values a vector (the double kernel was a tenth of an AirNet bf16 step on AVX-512);
+// the scalar level points it at normal_cdf_pdf.
 struct Gelu {
   void (*normal_cdf_pdf)(const float* x, float* cdf, float* pdf, int64_t n);
   void (*normal_cdf_pdf_half)(const float* x, float* cdf, float* pdf, int64_t n);

@@ -413,8 +413,8 @@ TEST_P(IsaKernels, GeluCdfAndPdfMatchTheOracleWithinAnUlp) {
 }
 
 TEST_P(IsaKernels, GeluHalfEntryIsWithinTwoToTheMinus17OfTheOracle) {
-  // normal_cdf_pdf_half feeds results that are rounded to fp16 (11 bits) or bf16 next; the AVX-512
-  // levels compute it in fp32. Where the true value leaves fp32's normal range (|x| > ~13) it may
+  // normal_cdf_pdf_half feeds results that are rounded to fp16 (11 bits) or bf16 next; the AVX2 and
+  // AVX-512 levels compute it in fp32. Where the true value leaves fp32's normal range (|x| > ~13) it may
   // flush to 0.
   std::vector<float> x = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 3.0f, -3.0f, 8.0f, -8.0f, 12.0f, -12.0f, 13.0f,
                           -13.0f, 40.0f, -40.0f, INFINITY, -INFINITY, NAN};
