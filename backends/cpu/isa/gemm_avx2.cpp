@@ -1,6 +1,6 @@
 // The packed fp32 GEMM tile on AVX2 + FMA (compiled with -mavx2 -mfma): 4 rows x 24 columns, 12 ymm
 // accumulators + 3 B vectors + 1 broadcast fill the 16 registers; 4-row panels divide every channel
-// count of SmallCNN and AirNet. Also the 4 x 3 dot tile (isa.h) and the 8x8-block transpose the
+// count of SmallCNN and AirNet. Also the 4 x 3 dot tile (isa.h) and the 8x8- and 4x8-block transpose the
 // AVX-512 table shares.
 #include <immintrin.h>
 
@@ -84,6 +84,22 @@ void transpose8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_
   }
 }
 
+// dst[j * dst_stride + i] = src[i * src_stride + j] for a 4 x 8 block: 8 rows of 4 out.
+void transpose4x8(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  const __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + src_stride);
+  const __m256 r2 = _mm256_loadu_ps(src + 2 * src_stride), r3 = _mm256_loadu_ps(src + 3 * src_stride);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);  // as in transpose8x8
+  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  const __m256 c[4] = {_mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),   // column 0 | 4
+                       _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),   // column 1 | 5
+                       _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),   // column 2 | 6
+                       _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2))};  // column 3 | 7
+  for (int i = 0; i < 4; ++i) {
+    _mm_storeu_ps(dst + i * dst_stride, _mm256_castps256_ps128(c[i]));
+    _mm_storeu_ps(dst + (i + 4) * dst_stride, _mm256_extractf128_ps(c[i], 1));
+  }
+}
+
 // The dot tile: a 4 x 3 block of C as 12 accumulators of 8 partial sums along k (with 3 B vectors
 // and one A vector, all 16 registers), folded by hadd at the end. Rows past `rows` (columns past
 // `cols`) read row 0 again and are dropped.
@@ -145,6 +161,16 @@ void transpose_avx2(const float* src, int64_t src_stride, int64_t m, int64_t n, 
     for (; j < n; ++j) {
       for (int64_t i = i0; i < i0 + 8; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
     }
+  }
+  // 4 rows left: pack_a's whole panels at AVX2's 4-row tile, which went element by element (a 256 x
+  // 128 Winograd operand per point in AirNet's backward-weight: 2% of its step).
+  if (i0 + 4 <= m) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) transpose4x8(src + i0 * src_stride + j, src_stride, dst + j * dst_stride + i0, dst_stride);
+    for (; j < n; ++j) {
+      for (int64_t i = i0; i < i0 + 4; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
+    }
+    i0 += 4;
   }
   for (int64_t i = i0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) dst[j * dst_stride + i] = src[i * src_stride + j];

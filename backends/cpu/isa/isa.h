@@ -206,7 +206,7 @@ extern const Winograd kWinogradScalar, kWinogradAvx2, kWinogradAvx512;
 extern const Convert kConvertScalar, kConvertAvx2, kConvertAvx512;
 extern const Gelu kGeluScalar, kGeluAvx2, kGeluAvx512;
 extern const Bf16Gemm kBf16Scalar, kBf16Avx512Bf16, kBf16Amx;
-// gemm_avx2.cpp's 8x8-block transpose (256-bit AVX), which the AVX-512 table shares.
+// gemm_avx2.cpp's 8x8- and 4x8-block transpose (256-bit AVX), which the AVX-512 table shares.
 void transpose_avx2(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride);
 
 }  // namespace demi::backend::cpu::isa

@@ -225,7 +225,7 @@ TEST_P(IsaKernels, F32DotTileMatchesAnFp64Reference) {
 
 TEST_P(IsaKernels, TransposeMatchesTheOracleBitForBit) {
   std::mt19937 rng(4);
-  for (int64_t m : {3, 8, 21}) {
+  for (int64_t m : {3, 4, 8, 12, 21}) {  // 8-row blocks, a 4-row block, the rest
     for (int64_t n : {1, 8, 19}) {
       const std::vector<float> src = random_floats(rng, m * (n + 2));
       std::vector<float> got(n * (m + 1), -7.0f), want(n * (m + 1), -7.0f);
