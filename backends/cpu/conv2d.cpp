@@ -333,8 +333,10 @@ struct WinogradWalk {
 // while the GEMMs reuse each column for every output channel whatever the group. 128 columns ran
 // AirNet's and SmallCNN's forward and backward-data passes 10-20% faster than 384 (64 was no
 // better, and slower on 15x15 planes). Backward-weight's dot tile sums along the columns, so there
-// a longer sum pays for its fold: 256 when it runs as dots (64 x 64 ran 7% slower at 128).
-constexpr int64_t kWinogradCols = 128, kWinogradDotCols = 256;
+// a longer sum pays for its fold: 512 when it runs as dots (64 x 64 ran 7% slower at 128 than at
+// 256; 512 ran SmallCNN's 32- and 64-channel layers and AirNet's 64-channel ones 3-8% faster than
+// 256 on the AVX2 EPYC, a point's V and Z still 128 KiB each at 64 channels).
+constexpr int64_t kWinogradCols = 128, kWinogradDotCols = 512;
 
 // The float view of plane p (plane_size values of T): p itself for fp32, else widened into wide.
 template <typename T>
