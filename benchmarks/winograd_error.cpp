@@ -7,7 +7,10 @@
 // U = G g G^T in double rounded once to fp32 (as winograd.h does), V = B^T d B and the products
 // summed over channels in fp32 (one fused multiply-add per channel, as the GEMM tile), Y = A^T M A
 // in fp32; the reference is the direct convolution in double. Prints, per transform and K, the rms
-// and largest error and the largest error over its bound (above 1 fails the tests).
+// and largest error and the largest error over its bound (above 1 fails the tests); and the same
+// against what a half-precision result (autocast's fp16 and bf16 convolutions, fp32 inside) leaves
+// for the computation: accumulated(F16 or BF16, 9 K) is eps |y| + 1e-6 sqrt(9 K), of which rounding
+// y into the dtype takes up to eps / 2 |y|.
 // F(4x4, 3x3) with the points 0, +-1, +-2 (Lavin & Gray's), 0, -1, 1, 1/2, -2 (Barabasz et al.,
 // "Error analysis and improving the accuracy of Winograd convolution", 2020) and 0, +-1, +-1/2.
 #include <algorithm>
@@ -54,13 +57,13 @@ const Transform kTransforms[] = {
 };
 
 struct Result {
-  double rms, max_error, max_ratio;
+  double rms, max_error, max_ratio, max_ratio_f16, max_ratio_bf16;
 };
 
 Result measure(const Transform& t, int channels, int tiles, std::mt19937& rng) {
   const int m = t.m, n = m + 2;
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-  double sum_sq = 0.0, max_error = 0.0, max_ratio = 0.0;
+  double sum_sq = 0.0, max_error = 0.0, max_ratio = 0.0, max_ratio_f16 = 0.0, max_ratio_bf16 = 0.0;
   std::vector<float> d(channels * n * n), g(channels * 9), v(n * n), u(n * n), acc(n * n);
   std::vector<double> gg(n * 3);
   std::vector<float> tmp(n * n), am(m * n);
@@ -111,26 +114,31 @@ Result measure(const Transform& t, int channels, int tiles, std::mt19937& rng) {
         for (int c = 0; c < channels; ++c)
           for (int a = 0; a < 3; ++a)
             for (int b = 0; b < 3; ++b) want += double{d[c * n * n + (i + a) * n + j + b]} * g[c * 9 + a * 3 + b];
-        const double error = std::fabs(y - want), bound = 1e-5 * std::fabs(want) + 1e-6 * std::sqrt(9.0 * channels);
+        const double error = std::fabs(y - want), atol = 1e-6 * std::sqrt(9.0 * channels);
         sum_sq += error * error;
         max_error = std::max(max_error, error);
-        max_ratio = std::max(max_ratio, error / bound);
+        max_ratio = std::max(max_ratio, error / (1e-5 * std::fabs(want) + atol));
+        max_ratio_f16 = std::max(max_ratio_f16, error / (0x1p-11 * std::fabs(want) + atol));  // eps / 2 = 2^-11
+        max_ratio_bf16 = std::max(max_ratio_bf16, error / (0x1p-8 * std::fabs(want) + atol));
       }
   }
-  return {std::sqrt(sum_sq / (double(tiles) * m * m)), max_error, max_ratio};
+  return {std::sqrt(sum_sq / (double(tiles) * m * m)), max_error, max_ratio, max_ratio_f16, max_ratio_bf16};
 }
 
 }  // namespace
 
 int main() {
   std::printf("fp32 Winograd error against the direct convolution in double, per output; bound = the tests'\n");
-  std::printf("accumulated(F32, 9 K): 1e-5 |y| + 1e-6 sqrt(9 K). Above 1 in the last column fails them.\n\n");
-  std::printf("%-22s %5s %12s %12s %14s\n", "transform", "K", "rms error", "max error", "max / bound");
+  std::printf("accumulated(F32, 9 K): 1e-5 |y| + 1e-6 sqrt(9 K); for an fp16 or bf16 result, what its rounding\n");
+  std::printf("leaves of accumulated(F16 or BF16, 9 K): eps / 2 |y| + 1e-6 sqrt(9 K). Above 1 fails the tests.\n\n");
+  std::printf("%-22s %5s %12s %12s %14s %14s %14s\n", "transform", "K", "rms error", "max error", "max / bound",
+              "f16 result", "bf16 result");
   for (int channels : {16, 64, 256}) {
     for (const Transform& t : kTransforms) {
       std::mt19937 rng(1);
       const Result r = measure(t, channels, t.m == 2 ? 3000 : 1000, rng);
-      std::printf("%-22s %5d %12.2e %12.2e %14.3f\n", t.name, channels, r.rms, r.max_error, r.max_ratio);
+      std::printf("%-22s %5d %12.2e %12.2e %14.3f %14.3f %14.3f\n", t.name, channels, r.rms, r.max_error, r.max_ratio,
+                  r.max_ratio_f16, r.max_ratio_bf16);
     }
   }
   return 0;
