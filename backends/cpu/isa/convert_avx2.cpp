@@ -33,19 +33,30 @@ void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
   kConvertScalar.f32_to_f16(src + i, dst + i, n - i);
 }
 
-// Adds 0x7fff plus the lowest kept bit and keeps the top 16 bits; NaN -> quiet NaN. (AVX512_BF16's
-// vcvtneps2bf16 would flush subnormals to zero, which one rounding to nearest even does not.)
+// The bf16 bits of 8 floats, in the low half of each 32-bit lane: adds 0x7fff plus the lowest kept
+// bit and keeps the top 16 bits; NaN -> quiet NaN. (AVX512_BF16's vcvtneps2bf16 would flush
+// subnormals to zero, which one rounding to nearest even does not.)
+__m256i bf16_bits(const float* src) {
+  const __m256 v = _mm256_loadu_ps(src);
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i nan = _mm256_srli_epi32(_mm256_or_si256(x, _mm256_set1_epi32(0x400000)), 16);
+  return _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+
+// 16 values a step, two vectors packed by one pack and one permute into one store.
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(src + i);
-    const __m256i x = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    const __m256i nan = _mm256_srli_epi32(_mm256_or_si256(x, _mm256_set1_epi32(0x400000)), 16);
-    r = _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  for (; i + 16 <= n; i += 16) {
+    const __m256i packed = _mm256_packus_epi32(bf16_bits(src + i), bf16_bits(src + i + 8));  // lanes 0-3 8-11 4-7 12-15
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_permute4x64_epi64(packed, 0xD8));
+  }
+  if (i + 8 <= n) {
+    const __m256i r = bf16_bits(src + i);
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+    i += 8;
   }
   kConvertScalar.f32_to_bf16(src + i, dst + i, n - i);
 }
