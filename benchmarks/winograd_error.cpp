@@ -133,7 +133,7 @@ int main() {
   std::printf("leaves of accumulated(F16 or BF16, 9 K): eps / 2 |y| + 1e-6 sqrt(9 K). Above 1 fails the tests.\n\n");
   std::printf("%-22s %5s %12s %12s %14s %14s %14s\n", "transform", "K", "rms error", "max error", "max / bound",
               "f16 result", "bf16 result");
-  for (int channels : {16, 64, 256}) {
+  for (int channels : {16, 64, 256, 512}) {
     for (const Transform& t : kTransforms) {
       std::mt19937 rng(1);
       const Result r = measure(t, channels, t.m == 2 ? 3000 : 1000, rng);
