@@ -12,7 +12,10 @@
 // for the computation: accumulated(F16 or BF16, 9 K) is eps |y| + 1e-6 sqrt(9 K), of which rounding
 // y into the dtype takes up to eps / 2 |y|.
 // F(4x4, 3x3) with the points 0, +-1, +-2 (Lavin & Gray's), 0, -1, 1, 1/2, -2 (Barabasz et al.,
-// "Error analysis and improving the accuracy of Winograd convolution", 2020) and 0, +-1, +-1/2.
+// "Error analysis and improving the accuracy of Winograd convolution", 2020; the CPU backend's bf16
+// F(4x4), conv2d_winograd4.h) and 0, +-1, +-1/2; F(3x3, 3x3) with 0, +-1 and one of 1/2, 2, -1/2.
+// 4000 tiles of 9 or 16 outputs per K for these (at 1000, the largest bf16 error at K = 256 read
+// 0.74 where 4000 give 1.03).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -47,6 +50,21 @@ const Transform kTransforms[] = {
       4. / 15, 0, 0, 1},
      {1, -1.5, -2, 1.5, 1, 0, 0, 1, -2.5, .5, 1, 0, 0, -1, .5, 2.5, 1, 0, 0, -2, -1, 2, 1, 0, 0, .5, -1, -.5, 1, 0,
       0, 1, -1.5, -2, 1.5, 1}},
+    {"F(3x3) 0 +-1 1/2",
+     3,
+     {1, 1, 1, 1, 0, 0, 1, -1, .5, 0, 0, 1, 1, .25, 1},
+     {2, 0, 0, 1, 1, 1, -1. / 3, 1. / 3, -1. / 3, -8. / 3, -4. / 3, -2. / 3, 0, 0, 1},
+     {.5, -1, -.5, 1, 0, 0, -.5, .5, 1, 0, 0, .5, -1.5, 1, 0, 0, -1, 0, 1, 0, 0, .5, -1, -.5, 1}},
+    {"F(3x3) 0 +-1 2",
+     3,
+     {1, 1, 1, 1, 0, 0, 1, -1, 2, 0, 0, 1, 1, 4, 1},
+     {.5, 0, 0, -.5, -.5, -.5, -1. / 6, 1. / 6, -1. / 6, 1. / 6, 1. / 3, 2. / 3, 0, 0, 1},
+     {2, -1, -2, 1, 0, 0, -2, -1, 1, 0, 0, 2, -3, 1, 0, 0, -1, 0, 1, 0, 0, 2, -1, -2, 1}},
+    {"F(3x3) 0 +-1 -1/2",
+     3,
+     {1, 1, 1, 1, 0, 0, 1, -1, -.5, 0, 0, 1, 1, .25, 1},
+     {-2, 0, 0, 1. / 3, 1. / 3, 1. / 3, -1, 1, -1, 8. / 3, -4. / 3, 2. / 3, 0, 0, 1},
+     {-.5, -1, .5, 1, 0, 0, .5, 1.5, 1, 0, 0, -.5, -.5, 1, 0, 0, -1, 0, 1, 0, 0, -.5, -1, .5, 1}},
     {"F(4x4) 0 +-1 +-1/2",
      4,
      {1, 1, 1, 1, 1, 0, 0, 1, -1, .5, -.5, 0, 0, 1, 1, .25, .25, 0, 0, 1, -1, .125, -.125, 1},
@@ -136,7 +154,7 @@ int main() {
   for (int channels : {16, 64, 256, 512}) {
     for (const Transform& t : kTransforms) {
       std::mt19937 rng(1);
-      const Result r = measure(t, channels, t.m == 2 ? 3000 : 1000, rng);
+      const Result r = measure(t, channels, t.m == 2 ? 3000 : 4000, rng);
       std::printf("%-22s %5d %12.2e %12.2e %14.3f %14.3f %14.3f\n", t.name, channels, r.rms, r.max_error, r.max_ratio,
                   r.max_ratio_f16, r.max_ratio_bf16);
     }

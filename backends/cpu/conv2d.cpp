@@ -1,8 +1,9 @@
 // CpuKernels::conv2d_*: NCHW convolution as im2col + GEMM, images spread over threads, in chunks of
 // output rows or groups of small images. The GEMMs are packed_gemm.h's, with the tile of the ISA
 // level in use (isa/), and 3x3 / stride 1 / padding 1 convolutions run all three passes as Winograd
-// F(2x2, 3x3) (winograd.h). fp16 (and bf16 without a bf16 tile) is widened to fp32 on the way in and
-// rounded once on output; bf16 with a bf16 tile (AMX, AVX512_BF16) stays bf16 into the tile, and its
+// F(2x2, 3x3) (winograd.h), or for half results whose error allows, F(4x4, 3x3) in forward and
+// backward-data (conv2d_winograd4.h). fp16 (and bf16 without a bf16 tile) is widened to fp32 on the
+// way in and rounded once on output; bf16 with a bf16 tile (AMX, AVX512_BF16) stays bf16 into the tile, and its
 // stride-1 forward and backward-data passes run as implicit GEMMs (conv2d_implicit.h, no im2col).
 // fp64 (gradcheck) runs im2col + Eigen. backward_data is GEMM + col2im; backward_weight sums per
 // thread.
@@ -16,6 +17,7 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv2d_implicit.h"
 #include "backends/cpu/conv2d_walk.h"
+#include "backends/cpu/conv2d_winograd4.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/packed_gemm.h"
@@ -445,6 +447,11 @@ template <typename T>
 void forward_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w, const float* bias) {
   const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w;
   if (use_winograd(g)) {
+    if constexpr (!std::is_same_v<T, float>) {  // half results: F(4x4) where its error fits
+      if (conv2d_winograd4::takes(a.output.dtype, g.c, g.o)) {
+        return conv2d_winograd4::conv(a.input.as<T>(), g.n, g.c, g.h, g.w, w, g.o, false, bias, a.output.as<T>());
+      }
+    }
     return winograd_conv(a.input.as<T>(), g.n, g.c, g.h, g.w, winograd_weights(w, g.o, g.c, false), g.o, bias,
                          a.output.as<T>());
   }
@@ -487,6 +494,11 @@ template <typename T>
 void backward_data_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w) {
   const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w;
   if (use_winograd(g)) {  // grad_x = grad_y convolved with the flipped, transposed weights
+    if constexpr (!std::is_same_v<T, float>) {
+      if (conv2d_winograd4::takes(a.input.dtype, g.o, g.c)) {
+        return conv2d_winograd4::conv(a.output.as<T>(), g.n, g.o, g.oh, g.ow, w, g.c, true, nullptr, a.input.as<T>());
+      }
+    }
     return winograd_conv(a.output.as<T>(), g.n, g.o, g.oh, g.ow, winograd_weights(w, g.c, g.o, true), g.c, nullptr,
                          a.input.as<T>());
   }
