@@ -1,10 +1,11 @@
 // CpuKernels::conv2d_*: NCHW convolution as im2col + GEMM, images spread over threads, in chunks of
 // output rows or groups of small images. The GEMMs are packed_gemm.h's, with the tile of the ISA
 // level in use (isa/), and 3x3 / stride 1 / padding 1 convolutions run all three passes as Winograd
-// F(2x2, 3x3) (winograd.h), or for half results whose error allows, F(4x4, 3x3) in forward and
+// F(2x2, 3x3) (winograd.h), or for bf16 results whose error allows, F(4x4, 3x3) in forward and
 // backward-data (conv2d_winograd4.h). fp16 (and bf16 without a bf16 tile) is widened to fp32 on the
-// way in and rounded once on output; bf16 with a bf16 tile (AMX, AVX512_BF16) stays bf16 into the tile, and its
-// stride-1 forward and backward-data passes run as implicit GEMMs (conv2d_implicit.h, no im2col).
+// way in and rounded once on output; bf16 with a bf16 tile (AMX, AVX512_BF16) stays bf16 into the
+// tile, and its stride-1 forward and backward-data passes run as implicit GEMMs (conv2d_implicit.h,
+// no im2col).
 // fp64 (gradcheck) runs im2col + Eigen. backward_data is GEMM + col2im; backward_weight sums per
 // thread.
 #include <algorithm>
@@ -306,13 +307,6 @@ bool use_winograd(const ConvGeom& g) {
   return 16 * tiles <= 8 * g.plane();  // <= 0.89x the direct convolution's multiplies
 }
 
-// n floats rounded up to an odd number of 64-byte lines. The input transform writes 16 points at
-// once and the output transform reads 16: with points a multiple of 4 KiB apart (32 channels x 256
-// columns is 32 KiB) all 16 streams fall in one of L1's 64 sets, 12 ways deep. An odd number of
-// lines apart they take 16 sets: SmallCNN's and AirNet's 32- and 64-channel passes ran 5-20%
-// faster (padding each row to an odd number of lines as well gained nothing more).
-inline int64_t odd_lines(int64_t n) { return (ceil_div(n, 16) | 1) * 16; }
-
 // How the Winograd paths walk a batch: tiles of h x w planes, images in groups of at least
 // `min_cols` tiles (the GEMMs' columns) and a whole number of groups per thread.
 // Within a group, planes with at most half a vector of tiles a row go through the transforms
@@ -447,7 +441,7 @@ template <typename T>
 void forward_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w, const float* bias) {
   const int64_t ckk = g.ckk(), plane = g.plane(), image = g.c * g.h * g.w;
   if (use_winograd(g)) {
-    if constexpr (!std::is_same_v<T, float>) {  // half results: F(4x4) where its error fits
+    if constexpr (!std::is_same_v<T, float>) {  // bf16 results: F(4x4) where its error fits
       if (conv2d_winograd4::takes(a.output.dtype, g.c, g.o)) {
         return conv2d_winograd4::conv(a.input.as<T>(), g.n, g.c, g.h, g.w, w, g.o, false, bias, a.output.as<T>());
       }

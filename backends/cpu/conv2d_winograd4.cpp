@@ -12,6 +12,7 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv2d_walk.h"
 #include "backends/cpu/packed_gemm.h"
+#include "backends/cpu/winograd.h"
 
 namespace demi::backend::cpu::conv2d_winograd4 {
 namespace {
@@ -61,7 +62,7 @@ void at_rows(const float* __restrict x0, const float* __restrict x1, const float
 }
 
 // U[xi * outs * ins + o * ins + i] = (G g G^T)[xi] for output channels [o_begin, o_end), in double,
-// rounded once; g as winograd::transform_weights takes it (w[o][i], or w[i][o] rotated when adjoint).
+// rounded once; g as winograd::filter_tap reads it (w[o][i], or w[i][o] rotated when adjoint).
 void transform_weights(const float* w, int64_t outs, int64_t ins, bool adjoint, float* u, int64_t o_begin,
                        int64_t o_end) {
   constexpr int64_t kBlock = 8;
@@ -81,10 +82,8 @@ void transform_weights(const float* w, int64_t outs, int64_t ins, bool adjoint, 
       const int64_t n = std::min(kBlock, ins - i0);
       double g[3][3][kBlock];
       for (int64_t k = 0; k < n; ++k) {
-        const int64_t i = i0 + k;
         for (int r = 0; r < 3; ++r)
-          for (int c = 0; c < 3; ++c)
-            g[r][c][k] = adjoint ? w[((i * outs + o) * 3 + 2 - r) * 3 + 2 - c] : w[((o * ins + i) * 3 + r) * 3 + c];
+          for (int c = 0; c < 3; ++c) g[r][c][k] = winograd::filter_tap(w, outs, ins, adjoint, o, i0 + k, r, c);
       }
       double gg[3][6][kBlock];  // gg[c][a] = (G g)[a][c]
       for (int c = 0; c < 3; ++c) g_rows(g[0][c], g[1][c], g[2][c], gg[c][0], kBlock, n);
@@ -111,10 +110,6 @@ const float* packed_weights(const float* w, int64_t outs, int64_t ins, bool adjo
   });
   return packed;
 }
-
-// n floats rounded up to an odd number of 64-byte lines (conv2d.cpp's odd_lines: points that are a
-// multiple of 4 KiB apart would share one L1 set).
-int64_t odd_lines(int64_t n) { return (ceil_div(n, 16) | 1) * 16; }
 
 }  // namespace
 

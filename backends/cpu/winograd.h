@@ -26,6 +26,13 @@ namespace demi::backend::cpu::winograd {
 
 constexpr int64_t kPoints = 16;
 
+// Tap (r, c) of the 3x3 filter g from input channel i to output channel o: w is [outs][ins][3][3] or,
+// when `adjoint`, the forward weight [ins][outs][3][3] of the convolution whose backward-data this is,
+// g = w[i][o] rotated by 180 degrees. Both Winograd weight transforms read filters through it.
+inline float filter_tap(const float* w, int64_t outs, int64_t ins, bool adjoint, int64_t o, int64_t i, int r, int c) {
+  return adjoint ? w[((i * outs + o) * 3 + 2 - r) * 3 + 2 - c] : w[((o * ins + i) * 3 + r) * 3 + c];
+}
+
 // U[xi * outs * ins + o * ins + i] = (G g G^T)[xi] with g the 3x3 filter from input channel i to
 // output channel o. w is [outs][ins][3][3] or, when `adjoint`, the forward weight [ins][outs][3][3]
 // of the convolution whose backward-data this is: then g = w[i][o] rotated by 180 degrees. Output
@@ -41,10 +48,8 @@ inline void transform_weights(const float* w, int64_t outs, int64_t ins, bool ad
       const int64_t n = ins - i0 < kBlock ? ins - i0 : kBlock;
       float g[3][3][kBlock];
       for (int64_t k = 0; k < n; ++k) {
-        const int64_t i = i0 + k;
         for (int r = 0; r < 3; ++r)
-          for (int c = 0; c < 3; ++c)
-            g[r][c][k] = adjoint ? w[((i * outs + o) * 3 + 2 - r) * 3 + 2 - c] : w[((o * ins + i) * 3 + r) * 3 + c];
+          for (int c = 0; c < 3; ++c) g[r][c][k] = filter_tap(w, outs, ins, adjoint, o, i0 + k, r, c);
       }
       float gg[4][3][kBlock];  // G g
       for (int c = 0; c < 3; ++c) {
