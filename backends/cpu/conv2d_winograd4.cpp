@@ -11,6 +11,7 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv2d_walk.h"
+#include "backends/cpu/isa/isa.h"
 #include "backends/cpu/packed_gemm.h"
 #include "backends/cpu/winograd.h"
 
@@ -118,10 +119,12 @@ bool takes(DType dtype, int64_t channels, int64_t outs) {
     const char* env = std::getenv("DEMI_WINOGRAD_F4");
     return !(env && std::strcmp(env, "0") == 0);
   }();
-  // The GEMMs' saving grows with channels x outs, the transforms' cost with channels + outs: on the
-  // AVX2 EPYC (bench_kernels, AirNet's layers) 64 -> 256 ran 1.34x faster than F(2x2), 64 -> 64 1.04x,
-  // 24 -> 64 0.99x.
-  return enabled && dtype == DType::BF16 && channels <= kMaxChannels && channels * outs >= 32 * (channels + outs);
+  // The GEMMs' saving grows with channels x outs, the transforms' cost with channels + outs, and an
+  // input channel's transform costs more than an output's (two B^T passes over 36 points, against A^T's
+  // 36 then 24). bench_kernels minima on the AVX2 EPYC, F(4x4) against F(2x2): 64 -> 256 1.31x faster,
+  // 64 -> 128 1.13x, 64 -> 64 1.16-1.33x, 24 -> 64 1.20x, 32 -> 64 1.08x; but 32 -> 32 0.94-0.96x, and
+  // (with the column moves still scalar) 64 -> 24 0.88x, 64 -> 32 0.99x.
+  return enabled && dtype == DType::BF16 && channels <= kMaxChannels && channels <= outs && channels * outs >= 1536;
 }
 
 template <typename T>
@@ -129,6 +132,7 @@ void conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w, const fl
           bool adjoint, const float* bias, T* output) {
   static_assert(!std::is_same_v<T, float>, "F(4x4) is for half results only");
   const float* u = packed_weights(weight, outs, ins, adjoint);
+  const isa::Winograd4& moves = isa::active().winograd4;
   const int64_t panel = packed_gemm::packed_size(outs, ins), plane = h * w;
   const int64_t th = ceil_div(h, 4), tw = ceil_div(w, 4), tiles = th * tw, ph = 4 * th + 2;
   const int64_t group_images = std::max<int64_t>(1, kLanes / tw), max_lanes = group_images * tw;
@@ -160,10 +164,7 @@ void conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w, const fl
           const T* x = input + ((i0 + k0 + g) * ins + c) * plane;
           for (int64_t y = 0; y < h; ++y) {
             convert_n(x + y * w, line + 1, w);
-            float* dst = views + (y + 1) * max_lanes + g * tw;
-            for (int64_t j = 0; j < 6; ++j) {
-              for (int64_t tx = 0; tx < tw; ++tx) dst[j * view + tx] = line[4 * tx + j];
-            }
+            moves.split_row(line, tw, views + (y + 1) * max_lanes + g * tw, view);
           }
         }
         for (int64_t ty = 0; ty < th; ++ty) {
@@ -184,7 +185,6 @@ void conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w, const fl
     for (int64_t xi = 0; xi < kPoints; ++xi) {
       packed_gemm::gemm(u + xi * panel, outs, ins, v + xi * v_point, row, cols, m + xi * m_point, row, nullptr);
     }
-    const int64_t full = w / 4;  // tiles of a row whose four columns all fall inside the plane
     for (int64_t o = 0; o < outs; ++o) {
       for (int64_t j = 0; j < 6; ++j) {  // sm[(i * 6 + j) * row] = (A^T m)[i][j], every column at once
         const float* mj = m + j * m_point + o * row;
@@ -201,15 +201,7 @@ void conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w, const fl
             const float* si = sm + i * 6 * row + k0 * tiles + ty * lanes;
             at_rows(si, si + row, si + 2 * row, si + 3 * row, si + 4 * row, si + 5 * row, line, lanes, lanes);
             for (int64_t g = 0; g < images; ++g) {
-              float* __restrict out = wide + g * plane + (4 * ty + i) * w;
-              const float* __restrict l = line + g * tw;
-              for (int64_t tx = 0; tx < full; ++tx) {
-                out[4 * tx] = l[tx] + b;
-                out[4 * tx + 1] = l[lanes + tx] + b;
-                out[4 * tx + 2] = l[2 * lanes + tx] + b;
-                out[4 * tx + 3] = l[3 * lanes + tx] + b;
-              }
-              for (int64_t j = 0; 4 * full + j < w; ++j) out[4 * full + j] = l[j * lanes + full] + b;
+              moves.interleave_row(line + g * tw, lanes, w, b, wide + g * plane + (4 * ty + i) * w);
             }
           }
         }

@@ -22,8 +22,8 @@
 //
 // G g G^T is computed in double and rounded once, as winograd_error assumes; the input and output
 // transforms are fp32 loops over whole rows of tiles (several small planes side by side), which the
-// compiler vectorises at the baseline ISA, so every level runs the same transforms and only the GEMM
-// tile differs. Where the level's route sends bf16 convolutions to a bf16 tile (AMX, Zen 4's
+// compiler vectorises at the baseline ISA. Only the column moves around them (a padded row into six
+// views, four column runs into an output row: isa.h's Winograd4) and the GEMM tile are per level. Where the level's route sends bf16 convolutions to a bf16 tile (AMX, Zen 4's
 // AVX512_BF16, the scalar oracle: isa/select.cpp), they never come here.
 #pragma once
 
@@ -35,8 +35,9 @@ namespace demi::backend::cpu::conv2d_winograd4 {
 
 // Whether a 3x3 / stride 1 / padding 1 convolution into `outs` channels whose result is `dtype`,
 // summing `channels` input channels per output, runs as F(4x4): bf16 up to 64 summed channels
-// (above), and enough channels x outs for the GEMMs' saving to outweigh the transforms' extra cost
-// (64 -> 64 and up). DEMI_WINOGRAD_F4=0 turns it off (F(2x2) instead), for A/B benchmarks.
+// (above), at least as many outs as channels and channels x outs >= 1536, where the GEMMs' saving
+// outweighs the transforms' extra cost. DEMI_WINOGRAD_F4=0 turns it off (F(2x2) instead), for A/B
+// benchmarks.
 bool takes(DType dtype, int64_t channels, int64_t outs);
 
 // output (n x outs x h x w) = input (n x ins x h x w) convolved with the 3x3 filters w [outs][ins]

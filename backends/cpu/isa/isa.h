@@ -80,6 +80,16 @@ struct Winograd {
   void (*transform_grad_output)(const float* e, const float* o, int64_t th, int64_t lanes, float* z, int64_t ld);
 };
 
+// Winograd F(4x4, 3x3)'s column moves (conv2d_winograd4.cpp): its 6-wide input tiles step by 4
+// columns, so a zero-padded row splits into six views, one value per tile each, and an output row is
+// its tiles' four column runs interleaved.
+struct Winograd4 {
+  // views[j * stride + t] = line[4 t + j] for j < 6, t < tiles (line holds 4 tiles + 2 values).
+  void (*split_row)(const float* line, int64_t tiles, float* views, int64_t stride);
+  // y[x] = runs[(x % 4) * stride + x / 4] + bias for x < w.
+  void (*interleave_row)(const float* runs, int64_t stride, int64_t w, float bias, float* y);
+};
+
 // half <-> fp32 for n values; to half rounds to nearest even (NaN stays NaN, fp16 overflows to inf).
 struct Convert {
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
@@ -183,6 +193,7 @@ struct Table {
   const char* name;
   F32Gemm gemm;
   Winograd winograd;
+  Winograd4 winograd4;
   Convert convert;
   Gelu gelu;
   Bf16Gemm bf16;  // tile == nullptr: no bf16 tile at this level
@@ -203,6 +214,7 @@ Level set_active_for_testing(Level level);
 // The entries each variant file provides.
 extern const F32Gemm kGemmScalar, kGemmAvx2, kGemmAvx512;
 extern const Winograd kWinogradScalar, kWinogradAvx2, kWinogradAvx512;
+extern const Winograd4 kWinograd4Scalar, kWinograd4Avx2;  // the AVX-512 levels share AVX2's
 extern const Convert kConvertScalar, kConvertAvx2, kConvertAvx512;
 extern const Gelu kGeluScalar, kGeluAvx2, kGeluAvx512;
 extern const Bf16Gemm kBf16Scalar, kBf16Avx512Bf16, kBf16Amx;

@@ -1,6 +1,7 @@
 // Pins backends/cpu/isa/: the choice of ISA level (cpuid, DEMI_CPU_ISA, clear errors for a level the
 // CPU lacks, checked on made-up CPUs too) and every level's microkernels against the plain C++
-// oracle (the scalar table): GEMM tiles, the transpose, Winograd transforms, half conversions.
+// oracle (the scalar table): GEMM tiles, the transpose, Winograd transforms and F(4x4)'s column
+// moves, half conversions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -332,6 +333,38 @@ TEST_P(IsaKernels, WinogradTransformsMatchTheOracleBitForBit) {
     w.transform_grad_output(se1.data(), se1.data() + 2 * th * lanes, th, lanes, z1.data(), ld);
     o.transform_grad_output(se1.data(), se1.data() + 2 * th * lanes, th, lanes, z2.data(), ld);
     ASSERT_EQ(z1, z2);
+  }
+}
+
+// F(4x4)'s column moves only copy (and add the bias): bit-exact, and nothing written outside the
+// views' tiles or the output row (the buffers' sentinels stay).
+TEST_P(IsaKernels, Winograd4ColumnMovesMatchTheOracleBitForBit) {
+  const Winograd4& w = t().winograd4;
+  const Winograd4& o = oracle().winograd4;
+  std::mt19937 rng(6);
+  for (int64_t tiles : {1, 2, 3, 4, 5, 7, 8, 9, 16}) {
+    const std::vector<float> line = random_floats(rng, 4 * tiles + 2);  // exactly as long as read
+    const int64_t stride = tiles + 3;
+    std::vector<float> got(6 * stride, 9.0f), want(6 * stride, 9.0f);
+    w.split_row(line.data(), tiles, got.data(), stride);
+    o.split_row(line.data(), tiles, want.data(), stride);
+    ASSERT_EQ(got, want) << tiles << " tiles";
+    for (int64_t j = 0; j < 6; ++j) {
+      for (int64_t tx = 0; tx < stride; ++tx) {
+        ASSERT_EQ(want[j * stride + tx], tx < tiles ? line[4 * tx + j] : 9.0f) << "view " << j << " tile " << tx;
+      }
+    }
+  }
+  for (int64_t wd : {1, 2, 3, 4, 5, 7, 8, 13, 15, 16, 17, 31, 32}) {
+    const int64_t tiles = (wd + 3) / 4, stride = tiles + 2;
+    const std::vector<float> runs = random_floats(rng, 3 * stride + tiles);  // the last run ends the buffer
+    std::vector<float> got(wd + 5, 3.0f), want(wd + 5, 3.0f);
+    w.interleave_row(runs.data(), stride, wd, 0.5f, got.data());
+    o.interleave_row(runs.data(), stride, wd, 0.5f, want.data());
+    ASSERT_EQ(got, want) << "width " << wd;
+    for (int64_t x = 0; x < wd + 5; ++x) {
+      ASSERT_EQ(want[x], x < wd ? runs[(x % 4) * stride + x / 4] + 0.5f : 3.0f) << "column " << x;
+    }
   }
 }
 
