@@ -418,23 +418,11 @@ void winograd_conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w,
 }
 
 // The transformed, packed weights of the convolution (adjoint: of its backward-data), in the
-// calling thread's kSlotPacked; kSlotPartial holds the unpacked transform meanwhile.
+// calling thread's kSlotPacked.
 const float* winograd_weights(const float* w, int64_t outs, int64_t ins, bool adjoint) {
-  using winograd::kPoints;
-  // Both steps are spread over the threads: done by one, they left the other idle for 6% of an
-  // AirNet 256 -> 256 forward (8 MiB of transformed and packed weights per call).
-  float* u = thread_scratch<float>(kSlotPartial, kPoints * outs * ins);
-  parallel_for(outs, 16 * 9 * ins, [&](int64_t begin, int64_t end) {
+  return winograd::packed_weights(winograd::kPoints, outs, ins, [&](float* u, int64_t begin, int64_t end) {
     winograd::transform_weights(w, outs, ins, adjoint, u, begin, end);
   });
-  const int64_t panel = packed_gemm::packed_size(outs, ins);
-  float* packed = thread_scratch<float>(kSlotPacked, kPoints * panel);
-  parallel_for(kPoints, 2 * panel, [&](int64_t begin, int64_t end) {
-    for (int64_t xi = begin; xi < end; ++xi) {
-      packed_gemm::pack_a(u + xi * outs * ins, ins, 1, outs, ins, packed + xi * panel);
-    }
-  });
-  return packed;
 }
 
 template <typename T>

@@ -100,18 +100,6 @@ void transform_weights(const float* w, int64_t outs, int64_t ins, bool adjoint, 
   }
 }
 
-// The transformed weights, packed for the GEMM tile (36 panels), in the calling thread's kSlotPacked.
-const float* packed_weights(const float* w, int64_t outs, int64_t ins, bool adjoint) {
-  float* u = thread_scratch<float>(kSlotPartial, kPoints * outs * ins);
-  parallel_for(outs, 36 * 9 * ins, [&](int64_t begin, int64_t end) { transform_weights(w, outs, ins, adjoint, u, begin, end); });
-  const int64_t panel = packed_gemm::packed_size(outs, ins);
-  float* packed = thread_scratch<float>(kSlotPacked, kPoints * panel);
-  parallel_for(kPoints, 2 * panel, [&](int64_t begin, int64_t end) {
-    for (int64_t xi = begin; xi < end; ++xi) packed_gemm::pack_a(u + xi * outs * ins, ins, 1, outs, ins, packed + xi * panel);
-  });
-  return packed;
-}
-
 }  // namespace
 
 bool takes(DType dtype, int64_t channels, int64_t outs) {
@@ -131,7 +119,9 @@ template <typename T>
 void conv(const T* input, int64_t n, int64_t ins, int64_t h, int64_t w, const float* weight, int64_t outs,
           bool adjoint, const float* bias, T* output) {
   static_assert(!std::is_same_v<T, float>, "F(4x4) is for half results only");
-  const float* u = packed_weights(weight, outs, ins, adjoint);
+  const float* u = winograd::packed_weights(kPoints, outs, ins, [&](float* dst, int64_t begin, int64_t end) {
+    transform_weights(weight, outs, ins, adjoint, dst, begin, end);
+  });
   const isa::Winograd4& moves = isa::active().winograd4;
   const int64_t panel = packed_gemm::packed_size(outs, ins), plane = h * w;
   const int64_t th = ceil_div(h, 4), tw = ceil_div(w, 4), tiles = th * tw, ph = 4 * th + 2;
