@@ -61,11 +61,12 @@ const Case kCases[] = {
     // bf16 forward and backward-data by F(4x4, 3x3) (conv2d_winograd4.h: up to 64 channels summed):
     // partial 4x4 tiles at the right and bottom edges; 7x7 planes transformed 8 images side by side,
     // and a ninth alone (forward only: its backward-data sums 96 channels, which F(2x2) does); rows
-    // of nine tiles, the last one partial (forward only: F(4x4) wants at least as many outs as
-    // channels summed).
+    // of nine tiles, the last one partial, and 3x3 planes, 16 a lane group and one more (forward
+    // only: F(4x4) wants at least as many outs as channels summed).
     {"winograd4_odd_plane", 3, 64, 15, 13, 64, 3, 3, 1, 1, 1, 1, true},
     {"winograd4_7x7_lane_groups", 9, 64, 7, 7, 96, 3, 3, 1, 1, 1, 1, false},
     {"winograd4_long_rows", 2, 24, 9, 34, 48, 3, 3, 1, 1, 1, 1, true},
+    {"winograd4_3x3_planes_lane_groups", 17, 32, 3, 3, 64, 3, 3, 1, 1, 1, 1, true},
     {"k3_stride2_wide_product_groups", 5, 16, 9, 9, 66, 3, 3, 2, 2, 1, 1, true},
     // The bf16 tile's implicit GEMM (stride 1, padding below the kernel, >= 16 channels summed):
     // channels past one block of 32 and odd, non-square kernels and paddings, no padding, 1x1,
