@@ -33,33 +33,46 @@ constexpr int64_t kCols = 64;
 // as leave at most kLanes tiles a row, two AVX2 vectors or one AVX-512 one.
 constexpr int64_t kLanes = 16;
 
-// y_i = sum_r B^T[i][r] x_r, elementwise over n: six rows in, six rows out (y_i = y + i * ys).
-void bt_rows(const float* __restrict x0, const float* __restrict x1, const float* __restrict x2,
-             const float* __restrict x3, const float* __restrict x4, const float* __restrict x5, float* __restrict y,
-             int64_t ys, int64_t n) {
+// y_i = sum_r B^T[i][r] x_r, elementwise over n: six rows in, six rows out (y_i = y + i * ys). Each
+// output row is its own __restrict pointer: derived from one, the rows might overlap as far as GCC
+// could tell, and it left the loop scalar (a sixth of F(4x4)'s input transform's time, bt_rows'
+// whole share of a 64 -> 256 forward in a profile).
+void bt_rows6(const float* __restrict x0, const float* __restrict x1, const float* __restrict x2,
+              const float* __restrict x3, const float* __restrict x4, const float* __restrict x5, float* __restrict y0,
+              float* __restrict y1, float* __restrict y2, float* __restrict y3, float* __restrict y4,
+              float* __restrict y5, int64_t n) {
   for (int64_t k = 0; k < n; ++k) {
     const float a0 = x0[k], a1 = x1[k], a2 = x2[k], a3 = x3[k], a4 = x4[k], a5 = x5[k];
-    y[k] = (a0 - 2.0f * a2 + a4) + 1.5f * (a3 - a1);
-    y[ys + k] = (a1 - 2.5f * a2 + a4) + 0.5f * a3;
-    y[2 * ys + k] = (a4 - a1 + 0.5f * a2) + 2.5f * a3;
-    y[3 * ys + k] = (a4 - a2) + 2.0f * (a3 - a1);
-    y[4 * ys + k] = (a4 - a2) + 0.5f * (a1 - a3);
-    y[5 * ys + k] = (a1 - 2.0f * a3 + a5) + 1.5f * (a4 - a2);
+    y0[k] = (a0 - 2.0f * a2 + a4) + 1.5f * (a3 - a1);
+    y1[k] = (a1 - 2.5f * a2 + a4) + 0.5f * a3;
+    y2[k] = (a4 - a1 + 0.5f * a2) + 2.5f * a3;
+    y3[k] = (a4 - a2) + 2.0f * (a3 - a1);
+    y4[k] = (a4 - a2) + 0.5f * (a1 - a3);
+    y5[k] = (a1 - 2.0f * a3 + a5) + 1.5f * (a4 - a2);
   }
 }
+void bt_rows(const float* x0, const float* x1, const float* x2, const float* x3, const float* x4, const float* x5,
+             float* y, int64_t ys, int64_t n) {
+  bt_rows6(x0, x1, x2, x3, x4, x5, y, y + ys, y + 2 * ys, y + 3 * ys, y + 4 * ys, y + 5 * ys, n);
+}
 
-// y_i = sum_r A^T[i][r] x_r, elementwise over n: six rows in, four rows out (y_i = y + i * ys).
-void at_rows(const float* __restrict x0, const float* __restrict x1, const float* __restrict x2,
-             const float* __restrict x3, const float* __restrict x4, const float* __restrict x5, float* __restrict y,
-             int64_t ys, int64_t n) {
+// y_i = sum_r A^T[i][r] x_r, elementwise over n: six rows in, four rows out (y_i = y + i * ys), each
+// its own __restrict pointer as in bt_rows.
+void at_rows4(const float* __restrict x0, const float* __restrict x1, const float* __restrict x2,
+              const float* __restrict x3, const float* __restrict x4, const float* __restrict x5, float* __restrict y0,
+              float* __restrict y1, float* __restrict y2, float* __restrict y3, int64_t n) {
   for (int64_t k = 0; k < n; ++k) {
     const float a0 = x0[k], a1 = x1[k], a2 = x2[k], a3 = x3[k], a4 = x4[k], a5 = x5[k];
     const float sum = a2 + a1, diff = a2 - a1;
-    y[k] = a0 + sum + a3 + a4;
-    y[ys + k] = diff + 0.5f * a3 - 2.0f * a4;
-    y[2 * ys + k] = sum + 0.25f * a3 + 4.0f * a4;
-    y[3 * ys + k] = diff + 0.125f * a3 - 8.0f * a4 + a5;
+    y0[k] = a0 + sum + a3 + a4;
+    y1[k] = diff + 0.5f * a3 - 2.0f * a4;
+    y2[k] = sum + 0.25f * a3 + 4.0f * a4;
+    y3[k] = diff + 0.125f * a3 - 8.0f * a4 + a5;
   }
+}
+void at_rows(const float* x0, const float* x1, const float* x2, const float* x3, const float* x4, const float* x5,
+             float* y, int64_t ys, int64_t n) {
+  at_rows4(x0, x1, x2, x3, x4, x5, y, y + ys, y + 2 * ys, y + 3 * ys, n);
 }
 
 // U[xi * outs * ins + o * ins + i] = (G g G^T)[xi] for output channels [o_begin, o_end), in double,
@@ -107,12 +120,17 @@ bool takes(DType dtype, int64_t channels, int64_t outs) {
     const char* env = std::getenv("DEMI_WINOGRAD_F4");
     return !(env && std::strcmp(env, "0") == 0);
   }();
-  // The GEMMs' saving grows with channels x outs, the transforms' cost with channels + outs, and an
-  // input channel's transform costs more than an output's (two B^T passes over 36 points, against A^T's
-  // 36 then 24). bench_kernels minima on the AVX2 EPYC, F(4x4) against F(2x2): 64 -> 256 1.31x faster,
-  // 64 -> 128 1.13x, 64 -> 64 1.16-1.33x, 24 -> 64 1.20x, 32 -> 64 1.08x; but 32 -> 32 0.94-0.96x, and
-  // (with the column moves still scalar) 64 -> 24 0.88x, 64 -> 32 0.99x.
-  return enabled && dtype == DType::BF16 && channels <= kMaxChannels && channels <= outs && channels * outs >= 1536;
+  // The GEMMs' saving grows with channels x outs, the transforms' cost with channels + outs.
+  // bench_kernels minima, F(4x4) against F(2x2), on an AMX Xeon under DEMI_CPU_ISA=avx2 and avx512
+  // (docs/BENCHMARKS.md, 2026-12-04, once bt_rows was vector code):
+  // - 8 lanes (avx2): F(4x4) faster in every layer of both nets up to 64 channels summed: 32 -> 32
+  //   1.20x, 64 -> 24 1.29x, 64 -> 32 1.31x, 24 -> 64 1.31x, 64 -> 64 1.44x, 64 -> 256 1.52x. (On the
+  //   AVX2 EPYC, with bt_rows still scalar, 32 -> 32 and 64 -> 24 had been slower: 0.94x, 0.88x.)
+  // - 16 lanes (avx512 and up): F(2x2)'s transforms run twice as wide while F(4x4)'s stay at the
+  //   baseline's 8, so F(4x4) wins only where the GEMMs dominate most: 64 -> 256 1.22x, 64 -> 64 even
+  //   (0.99-1.03x), 64 -> 128 0.90x, 32 -> 64 0.92x, 24 -> 64 0.95x.
+  const int64_t min_products = isa::active().winograd.lanes >= 16 ? 16384 : 1024;
+  return enabled && dtype == DType::BF16 && channels <= kMaxChannels && channels * outs >= min_products;
 }
 
 template <typename T>

@@ -58,15 +58,16 @@ const Case kCases[] = {
     // for the dot tile; these two are wide enough for the packed tile (Winograd's 64 x 128, and
     // im2col's 144 x 66 in groups of images).
     {"winograd_wide_product", 2, 64, 8, 8, 128, 3, 3, 1, 1, 1, 1, true},
-    // bf16 forward and backward-data by F(4x4, 3x3) (conv2d_winograd4.h: up to 64 channels summed):
-    // partial 4x4 tiles at the right and bottom edges; 7x7 planes transformed 8 images side by side,
-    // and a ninth alone (forward only: its backward-data sums 96 channels, which F(2x2) does); rows
-    // of nine tiles, the last one partial, and 3x3 planes, 16 a lane group and one more (forward
-    // only: F(4x4) wants at least as many outs as channels summed).
+    // bf16 forward and backward-data by F(4x4, 3x3) (conv2d_winograd4.h: up to 64 channels summed,
+    // on AVX-512 levels only for channels x outs >= 16384, the last case): partial 4x4 tiles at the
+    // right and bottom edges; 7x7 planes transformed 8 images side by side, and a ninth alone
+    // (forward only: its backward-data sums 96 channels, which F(2x2) does); rows of nine tiles, the
+    // last one partial; 3x3 planes, 16 a lane group and one more; 64 -> 256 (forward only).
     {"winograd4_odd_plane", 3, 64, 15, 13, 64, 3, 3, 1, 1, 1, 1, true},
     {"winograd4_7x7_lane_groups", 9, 64, 7, 7, 96, 3, 3, 1, 1, 1, 1, false},
     {"winograd4_long_rows", 2, 24, 9, 34, 48, 3, 3, 1, 1, 1, 1, true},
     {"winograd4_3x3_planes_lane_groups", 17, 32, 3, 3, 64, 3, 3, 1, 1, 1, 1, true},
+    {"winograd4_wide_outputs", 2, 64, 7, 9, 256, 3, 3, 1, 1, 1, 1, false},
     {"k3_stride2_wide_product_groups", 5, 16, 9, 9, 66, 3, 3, 2, 2, 1, 1, true},
     // The bf16 tile's implicit GEMM (stride 1, padding below the kernel, >= 16 channels summed):
     // channels past one block of 32 and odd, non-square kernels and paddings, no padding, 1x1,
