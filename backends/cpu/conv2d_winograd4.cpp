@@ -126,9 +126,10 @@ bool takes(DType dtype, int64_t channels, int64_t outs) {
   // - 8 lanes (avx2): F(4x4) faster in every layer of both nets up to 64 channels summed: 32 -> 32
   //   1.20x, 64 -> 24 1.29x, 64 -> 32 1.31x, 24 -> 64 1.31x, 64 -> 64 1.44x, 64 -> 256 1.52x. (On the
   //   AVX2 EPYC, with bt_rows still scalar, 32 -> 32 and 64 -> 24 had been slower: 0.94x, 0.88x.)
-  // - 16 lanes (avx512 and up): F(2x2)'s transforms run twice as wide while F(4x4)'s stay at the
-  //   baseline's 8, so F(4x4) wins only where the GEMMs dominate most: 64 -> 256 1.22x, 64 -> 64 even
-  //   (0.99-1.03x), 64 -> 128 0.90x, 32 -> 64 0.92x, 24 -> 64 0.95x.
+  // - 16 lanes (avx512 and up): F(2x2) gains twice what F(4x4) gains from AVX-512 (64 -> 64: 2.0x
+  //   against 1.4x over avx2), and F(4x4) wins only where the GEMMs dominate most: 64 -> 256 1.22x,
+  //   64 -> 64 even (0.99-1.03x), 64 -> 128 0.90x, 32 -> 64 0.92x, 24 -> 64 0.95x. Neither bt_rows and
+  //   at_rows compiled 16 lanes wide nor 96 or 144 columns a group changed that (docs/BENCHMARKS.md).
   const int64_t min_products = isa::active().winograd.lanes >= 16 ? 16384 : 1024;
   return enabled && dtype == DType::BF16 && channels <= kMaxChannels && channels * outs >= min_products;
 }
