@@ -36,9 +36,9 @@ namespace demi::backend::cpu::conv2d_winograd4 {
 // Whether a 3x3 / stride 1 / padding 1 convolution into `outs` channels whose result is `dtype`,
 // summing `channels` input channels per output, runs as F(4x4): bf16 up to 64 summed channels
 // (above), and channels x outs >= 1024 where the level's vectors hold 8 floats (AVX2), >= 16384 where
-// they hold 16 (AVX-512, where F(2x2) runs twice as fast as on AVX2 and F(4x4) 1.4x): where the GEMMs'
-// saving outweighs the transforms' extra cost (conv2d_winograd4.cpp has the measurements). DEMI_WINOGRAD_F4=0 turns
-// it off (F(2x2) instead), for A/B benchmarks.
+// they hold 16 (AVX-512, where F(2x2) runs twice as fast as on AVX2 and F(4x4) 1.4x): where the
+// GEMMs' saving outweighs the transforms' extra cost (conv2d_winograd4.cpp has the measurements).
+// DEMI_WINOGRAD_F4=0 turns it off (F(2x2) instead), for A/B benchmarks.
 bool takes(DType dtype, int64_t channels, int64_t outs);
 
 // output (n x outs x h x w) = input (n x ins x h x w) convolved with the 3x3 filters w [outs][ins]
