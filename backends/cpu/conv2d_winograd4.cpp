@@ -35,7 +35,7 @@ constexpr int64_t kLanes = 16;
 
 // y_i = sum_r B^T[i][r] x_r, elementwise over n: six rows in, six rows out (y_i = y + i * ys). Each
 // output row is its own __restrict pointer: rows derived from one pointer might overlap as far as GCC
-// can tell, and it left the loop scalar (1.2-1.3x slower F(4x4) layers).
+// can tell, and it left the loop scalar (F(4x4) layers 1.07-1.3x slower).
 void bt_rows6(const float* __restrict x0, const float* __restrict x1, const float* __restrict x2,
               const float* __restrict x3, const float* __restrict x4, const float* __restrict x5, float* __restrict y0,
               float* __restrict y1, float* __restrict y2, float* __restrict y3, float* __restrict y4,
