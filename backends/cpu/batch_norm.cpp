@@ -111,6 +111,7 @@ double sum_blocks(int64_t count, BlockSum&& block_sum) {
 // Writes a channel's N planes from buf (back to back) into the NCHW tensor out, rounded once.
 template <typename T>
 void store_channel(const acc_t<T>* buf, T* out, const BnGeom& g, int64_t c) {
+  if (g.hw == 0) return;  // H or W of 0: nothing to store (and `ahead` would divide by zero)
   const int64_t ahead = 1 + 1024 / (g.hw * static_cast<int64_t>(sizeof(T)));  // planes about 1 KiB ahead
   for (int64_t n = 0; n < g.n; ++n) {
     if (n + ahead < g.n) prefetch_values<1>(out + ((n + ahead) * g.c + c) * g.hw, g.hw);

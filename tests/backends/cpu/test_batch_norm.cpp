@@ -266,6 +266,39 @@ TEST(BatchNorm, ReluZeroBandIsWhatRoundsToZero) {
   }
 }
 
+// An empty batch (N, H or W of 0) has nothing to normalise: the forward and the backward return,
+// the parameter gradients become 0 and the running statistics stay (once a SIGFPE at H = 0).
+TEST(BatchNorm, EmptyInputsRunAndZeroTheParameterGradients) {
+  Kernels& k = kernels_for(Device::cpu());
+  for (const Shape& shape : {Shape{0, 3}, Shape{0, 3, 4, 4}, Shape{2, 3, 0, 4}, Shape{2, 3, 4, 0}}) {
+    for (const DType dtype : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(describe(Case{"empty", shape, true, 0.0, 1.0}, dtype));
+      HostTensor x(dtype, shape), y(dtype, shape), gy(dtype, shape), gx(dtype, shape);
+      HostTensor w(DType::F32, {3}), rm(DType::F32, {3}), rv(DType::F32, {3});
+      HostTensor save_mean(DType::F32, {3}), save_invstd(DType::F32, {3}), gw(DType::F32, {3}), gb(DType::F32, {3});
+      for (int64_t c = 0; c < 3; ++c) {
+        w.set(c, 1.0), rm.set(c, 0.25), rv.set(c, 2.0), save_mean.set(c, 0.1), save_invstd.set(c, 1.0);
+        gw.set(c, 7.0), gb.set(c, 7.0);
+      }
+      BatchNormArgs eval;
+      eval.input = x.ref(), eval.output = y.ref(), eval.weight = w.ref(), eval.mode = BatchNormMode::Eval;
+      eval.running_mean = rm.ref(), eval.running_var = rv.ref();
+      EXPECT_NO_THROW(k.batch_norm_forward(eval));
+      BatchNormArgs back;
+      back.input = x.ref(), back.grad_output = gy.ref(), back.grad_input = gx.ref(), back.weight = w.ref();
+      back.save_mean = save_mean.ref(), back.save_invstd = save_invstd.ref();
+      back.grad_weight = gw.ref(), back.grad_bias = gb.ref();
+      EXPECT_NO_THROW(k.batch_norm_backward(back));
+      for (int64_t c = 0; c < 3; ++c) {
+        EXPECT_EQ(gw.get(c), 0.0);
+        EXPECT_EQ(gb.get(c), 0.0);
+        EXPECT_EQ(rm.get(c), 0.25);
+        EXPECT_EQ(rv.get(c), 2.0);
+      }
+    }
+  }
+}
+
 TEST(BatchNorm, RejectsBadArguments) {
   Kernels& k = kernels_for(Device::cpu());
   HostTensor x(DType::F16, {4, 3, 2, 2}), y(DType::F16, {4, 3, 2, 2}), w16(DType::F16, {3}), w4(DType::F32, {4});
