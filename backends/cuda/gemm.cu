@@ -95,15 +95,17 @@ Route route_for(const GemmArgs& g, bool allow_fused_bias) {
   const bool native = g.c.dtype == g.a.dtype || g.c.dtype == DType::F32;
   r.out = native ? g.c.dtype : DType::F32;
   r.out_scratch = !native;
-  // The epilogue's bias has D's dtype (cuBLASLt's default for these types).
+  // With a bias, D is fp32 whenever C is half, and one pass rounds D into C. A pass after a half D
+  // would round twice, and so does cuBLASLt's own bias epilogue on a half D: it rounds
+  // alpha op(A) op(B) + beta C into half before adding the bias (seen on an H200, CUDA 13: errors of
+  // 2 ulps of C where the bias cancels most of the product, against the CPU's single rounding).
   const bool has_bias = g.bias.defined();
-  r.fuse_bias = allow_fused_bias && has_bias && g.bias.dtype == r.out;
-  if (has_bias && !r.fuse_bias && is_half(r.out)) {
-    // Adding the bias after cuBLASLt rounded D into half would round twice: form D in fp32.
+  if (has_bias && is_half(r.out)) {
     r.out = DType::F32;
     r.out_scratch = true;
-    r.fuse_bias = allow_fused_bias && g.bias.dtype == DType::F32;
   }
+  // The epilogue's bias has D's dtype (cuBLASLt's default for these types): fp32 now.
+  r.fuse_bias = allow_fused_bias && has_bias && g.bias.dtype == r.out;
   return r;
 }
 

@@ -192,7 +192,7 @@ TEST(CudaGemm, EveryDTypePairAndTransposeMatchesCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
   // A/B x C covers cuBLASLt's own combinations (fp16/bf16 -> same or fp32, fp32, fp64) and those that
   // go through conversions (fp32 -> half, fp16 -> bf16, anything with fp64). The bias is absent, of
-  // C's dtype (the fused epilogue) or of another (a separate pass, through fp32 for a half C).
+  // C's dtype (the fused epilogue for fp32 C) or of another (a separate pass); a half C goes through fp32.
   unsigned seed = 100;
   for (const DType ab : kFloatDTypes)
     for (const DType c : kFloatDTypes)
