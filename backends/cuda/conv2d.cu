@@ -3,9 +3,10 @@
 // fp16, bf16 (fp32 compute) and fp64 with per-shape algorithm search. The graph API is the path to
 // fused conv + bias + activation, the next step. Each (pass, shape, dtype, TF32, alignment) gets
 // one cudnnFind*AlgorithmEx run on the real buffers (cudnn.benchmark=True) and keeps the fastest
-// deterministic algorithm, so repeats reproduce bit for bit. The bias is two kernels of ours: the
-// interface allows a bias of any floating dtype (as the CPU does), which cudnnAddTensor and
-// cudnnConvolutionBackwardBias are not documented to take. Built without cuDNN, every entry throws.
+// deterministic algorithm that is accurate (no non-fused Winograd), so repeats reproduce bit for
+// bit. The bias is two kernels of ours: the interface allows a bias of any floating dtype (as the
+// CPU does), which cudnnAddTensor and cudnnConvolutionBackwardBias are not documented to take.
+// Built without cuDNN, every entry throws.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -207,17 +208,28 @@ void describe(Plan& plan, const ConvGeom& g, DType dtype, cudnnMathType_t math) 
                       oh, ", ", ow, "] differs from [", g.n, ", ", g.o, ", ", g.oh, ", ", g.ow, "]");
 }
 
-// The fastest algorithm that ran (status SUCCESS) among the deterministic ones, so that a run
-// repeats bit for bit; among all only if no deterministic one ran. For fp32 without TF32 only FMA
-// math qualifies (PyTorch asserts the same). nullptr when none qualifies.
+// Whether the algorithm is as accurate as a direct sum. cuDNN's non-fused Winograd is not: on an
+// H200 (cuDNN 9.19) it erred by 3% of the sum of |terms| in fp32 backward data of a 5x5 filter and
+// by 3e-4 in the forward (implicit GEMM and FFT: below 4e-7). Measured with every algorithm of the
+// three passes; scripts/gpu-check's conv2d tests fail on such an error.
+bool accurate(cudnnConvolutionFwdAlgo_t algo) { return algo != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED; }
+bool accurate(cudnnConvolutionBwdDataAlgo_t algo) { return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED; }
+bool accurate(cudnnConvolutionBwdFilterAlgo_t algo) {
+  return algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+// The fastest algorithm that ran (status SUCCESS), preferring in turn one that is accurate and
+// deterministic (a run repeats bit for bit), one that is accurate, then any. For fp32
+// without TF32 only FMA math qualifies (PyTorch asserts the same). nullptr when none qualifies.
 template <typename Perf>
 const Perf* fastest(const Perf* results, int count, bool fma_only) {
-  for (const bool deterministic_only : {true, false}) {
+  for (int strictness = 2; strictness >= 0; --strictness) {
     const Perf* best = nullptr;
     for (int i = 0; i < count; ++i) {
       const Perf& r = results[i];
       if (r.status != CUDNN_STATUS_SUCCESS || (fma_only && r.mathType != CUDNN_FMA_MATH)) continue;
-      if (deterministic_only && r.determinism != CUDNN_DETERMINISTIC) continue;
+      if (strictness >= 1 && !accurate(r.algo)) continue;
+      if (strictness == 2 && r.determinism != CUDNN_DETERMINISTIC) continue;
       if (best == nullptr || r.time < best->time) best = &r;
     }
     if (best) return best;
