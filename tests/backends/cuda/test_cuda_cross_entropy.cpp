@@ -4,6 +4,7 @@
 // bad labels (negative, == K, several) giving the CPU's message; bad shapes and dtypes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -208,7 +209,8 @@ TEST(CudaCrossEntropy, OutOfRangeTargetNamesRowAndValueLikeTheCpu) {
       std::memcpy(labels.data(), p.target.data(), p.target.size());
       for (const auto& [row, label] : c.bad) labels[static_cast<size_t>(row)] = label;
       p.target = label_bytes(labels);
-      std::vector<uint8_t> loss(4), grad(p.logits.size());
+      // Never empty (K = 0): an empty vector's null data() would read as an undefined grad_logits.
+      std::vector<uint8_t> loss(4), grad(std::max<size_t>(p.logits.size(), 1));
       const CrossEntropyArgs host = p.cpu_args(loss, grad);
       DeviceProblem d(p);
       for (const bool forward : {true, false}) {
