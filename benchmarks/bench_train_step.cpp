@@ -83,6 +83,13 @@ Row run_row(const Config& c, const std::string& net, const Device& device, const
   row.device = device.str();
   row.precision = precision;
   row.batch = batch;
+  // tf32: fp32 with TF32 tensor cores for the CUDA GEMMs and convolutions (PyTorch's default for
+  // cuDNN convolutions, torch.backends.cudnn.allow_tf32 = True); restored when the row ends.
+  struct Tf32Switch {
+    bool previous = backend::allow_tf32();
+    explicit Tf32Switch(bool on) { backend::set_allow_tf32(on); }
+    ~Tf32Switch() { backend::set_allow_tf32(previous); }
+  } tf32(precision == "tf32");
   empty_cache(device);  // so "reserved" is this row's, not what earlier rows left cached
   Generator gen(0);
   std::shared_ptr<nn::Module> model = models::make_model(net, gen);
@@ -272,8 +279,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--nets", c.nets, "SmallCNN, AirNet")->delimiter(',')
       ->check(CLI::IsMember({"SmallCNN", "AirNet"}))->capture_default_str();
-  app.add_option("--precisions", c.precisions, "fp32, bf16 (autocast), fp16 (autocast + dynamic GradScaler)")
-      ->delimiter(',')->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--precisions", c.precisions,
+                 "fp32, bf16 (autocast), fp16 (autocast + dynamic GradScaler), tf32 (fp32 with TF32 on CUDA)")
+      ->delimiter(',')->check(CLI::IsMember({"fp32", "bf16", "fp16", "tf32"}))->capture_default_str();
   app.add_option("--devices", c.devices, "cpu, cuda (a device that is absent is skipped with the reason)")
       ->delimiter(',')->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads")->check(CLI::PositiveNumber)->capture_default_str();

@@ -4,14 +4,20 @@ net, precision, batch, demi img/s, torch img/s, demi/torch. Used by scripts/benc
 
 torch's best layout is the fair opponent: for fp32 the faster of fp32 and fp32_cl (channels_last),
 for bf16 the faster of bf16 and bf16_cl; fp16 is fp16 alone.
+
+On CUDA, PyTorch's fp32 convolutions use TF32 by default (torch.backends.cudnn.allow_tf32), demi's
+fp32 does not (set_allow_tf32, off). demi's tf32 rows meet torch's default fp32 runs; its fp32 rows
+meet --torch-strict-fp32's runs (torch_reference.py under scripts/lib/torch_strict_fp32.py) when
+given, else the default ones.
 Usage: compare_bench.py [--device cpu|cuda] --demi a.json [b.json ...] --torch c.json [d.json ...]
-                        [--json merged.json]
+                        [--torch-strict-fp32 e.json ...] [--json merged.json]
 """
 import argparse
 import json
 import sys
 
-TORCH_MODES = {"fp32": ("fp32", "fp32_cl"), "bf16": ("bf16", "bf16_cl"), "fp16": ("fp16",)}
+TORCH_MODES = {"fp32": ("fp32", "fp32_cl"), "tf32": ("fp32", "fp32_cl"), "bf16": ("bf16", "bf16_cl"),
+               "fp16": ("fp16",)}
 
 
 def load(paths):
@@ -52,9 +58,10 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which of demi's rows to compare")
     ap.add_argument("--demi", nargs="*", default=[])
     ap.add_argument("--torch", nargs="*", default=[])
+    ap.add_argument("--torch-strict-fp32", nargs="*", default=[], help="torch runs with TF32 off, for demi's fp32")
     ap.add_argument("--json", help="also write the merged rows here")
     a = ap.parse_args()
-    demi_runs, torch_runs = load(a.demi), load(a.torch)
+    demi_runs, torch_runs, strict_runs = load(a.demi), load(a.torch), load(a.torch_strict_fp32)
     rows = demi_rows(demi_runs, a.device)
     if not rows:
         print("compare_bench: no demi results to compare", file=sys.stderr)
@@ -76,7 +83,7 @@ def main():
         for key in sorted((k for k in rows if k[0] == net), key=lambda k: (k[2], list(TORCH_MODES).index(k[1]))):
             _, precision, batch = key
             d = rows[key]["img_s"]
-            t = torch_best(torch_runs, net, precision, batch)
+            t = torch_best(strict_runs if precision == "fp32" and strict_runs else torch_runs, net, precision, batch)
             ratio = d / t[0] if t else None
             torch_ips = f"{t[0]:.1f}" if t else "-"
             print(f"{net:9s} {precision:9s} {batch:5d} {d:11.1f} {torch_ips:>12s} {t[1] if t else '-':>10s} "
