@@ -314,7 +314,8 @@ int cuda_device_count();
 
 // Whether fp32 GEMMs and convolutions on CUDA may use TF32 tensor cores (10-bit mantissa inputs,
 // fp32 accumulation: ~1e-3 relative error, several times the fp32 rate). Off by default, as
-// PyTorch's torch.backends.cuda.matmul.allow_tf32; the CPU backend ignores it.
+// PyTorch's torch.backends.cuda.matmul.allow_tf32; PyTorch's convolutions have their own switch,
+// torch.backends.cudnn.allow_tf32, on by default. The CPU backend ignores it.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
