@@ -1072,15 +1072,31 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
 
 }  // namespace
 
+// No image, no output position or no output channel: nothing to sum. The walks divide by these
+// counts (a batch of 0 died of SIGFPE in balanced_group), so such calls stop here: the output is
+// empty, and the gradients are zeros (all-zero bits are +0 in every floating dtype).
+namespace {
+bool nothing_to_sum(const ConvGeom& g) { return g.n == 0 || g.o == 0 || g.plane() == 0; }
+void zero(const TensorRef& t) {
+  if (t.defined() && t.numel() > 0) std::memset(t.data, 0, t.nbytes());
+}
+}  // namespace
+
 void CpuKernels::conv2d_forward_impl(const Conv2dArgs& args, const ConvGeom& g) {
+  if (nothing_to_sum(g)) return;  // the output has no element
   dispatch_floating(args.input.dtype, "conv2d_forward", [&](auto tag) { forward<decltype(tag)>(args, g); });
 }
 
 void CpuKernels::conv2d_backward_data_impl(const Conv2dArgs& args, const ConvGeom& g) {
+  if (nothing_to_sum(g)) return zero(args.input);
   dispatch_floating(args.input.dtype, "conv2d_backward_data", [&](auto tag) { backward_data<decltype(tag)>(args, g); });
 }
 
 void CpuKernels::conv2d_backward_weight_impl(const Conv2dArgs& args, const ConvGeom& g) {
+  if (nothing_to_sum(g)) {
+    zero(args.weight);
+    return zero(args.bias);
+  }
   dispatch_floating(args.input.dtype, "conv2d_backward_weight",
                     [&](auto tag) { backward_weight<decltype(tag)>(args, g); });
 }
