@@ -133,11 +133,21 @@ void check_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor&
   }
   DEMI_CHECK(options.training || (running_mean.defined() && running_var.defined()),
              "batch_norm: eval mode needs running_mean and running_var; pass them or use training=true");
-  if (options.training) {
-    const int64_t per_channel = x.numel() / std::max<int64_t>(channels, 1);
-    DEMI_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, got input of shape ",
+  if (options.training) {  // one value has no variance; none at all is the empty case below (PyTorch's)
+    const int64_t per_channel = x.size(0) * (x.dim() == 4 ? x.size(2) * x.size(3) : 1);
+    DEMI_CHECK(per_channel != 1, "batch_norm: training needs more than one value per channel, got input of shape ",
                x.shape(), "; use a larger batch or eval mode");
   }
+}
+
+// An input without elements (N, H or W of 0), as PyTorch answers it: an empty output that still
+// depends on weight and bias (so they get zero gradients), and running statistics left alone.
+Tensor empty_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const Shape channel_shape = x.dim() == 4 ? Shape{1, x.size(1), 1, 1} : Shape{1, x.size(1)};
+  Tensor out = x * 1.0;
+  if (weight.defined()) out = out * weight.to(x.dtype()).reshape(channel_shape);
+  if (bias.defined()) out = out + bias.to(x.dtype()).reshape(channel_shape);
+  return out;
 }
 
 }  // namespace
@@ -145,12 +155,14 @@ void check_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor&
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, const BatchNormOptions& options) {
   check_batch_norm(x, running_mean, running_var, weight, bias, options);
+  if (x.numel() == 0) return empty_batch_norm(x, weight, bias);
   return ops::apply<ops::BatchNorm>(x, running_mean, running_var, weight, bias, options);
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, const BatchNormOptions& options) {
   check_batch_norm(x, running_mean, running_var, weight, bias, options);
+  if (x.numel() == 0) return empty_batch_norm(x, weight, bias);
   if (!options.training || !kernels(x).supports(backend::KernelFamily::BatchNormRelu)) {
     return relu(ops::apply<ops::BatchNorm>(x, running_mean, running_var, weight, bias, options));
   }
