@@ -1,5 +1,5 @@
-// Every op of the op table on inputs with a dimension of 0, forward and backward, in fp32 and under
-// bf16 autocast: PyTorch's shapes and values (an empty result, zero gradients for the parameters,
+// The ops of the op table on inputs with a dimension of 0, forward and backward, in fp32 and under
+// bf16 autocast (to_device aside): PyTorch's shapes and values (an empty result, zero gradients for the parameters,
 // untouched running statistics), never a crash. The first GPU run found a division by H * W = 0 in
 // the CPU's batch norm; this sweeps the rest.
 #include <gtest/gtest.h>
@@ -36,6 +36,17 @@ std::vector<EmptyCase> cases() {
   };
   return {
       {"add", {{0, 5}, {5}}, [](auto& in) { return in[0] + in[1]; }, {0, 5}},
+      {"sub", {{0, 5}, {5}}, [](auto& in) { return in[0] - in[1]; }, {0, 5}},
+      {"mul", {{4, 0}, {4, 1}}, [](auto& in) { return in[0] * in[1]; }, {4, 0}},
+      {"div", {{0, 5}, {5}}, [](auto& in) { return in[0] / in[1]; }, {0, 5}},
+      {"neg, exp, log, sqrt, pow", {{0, 5}},
+       [](auto& in) { return pow(sqrt(log(exp(-in[0]) + 1.0)), 3.0); }, {0, 5}},
+      {"clamp", {{0, 5}}, [](auto& in) { return clamp(in[0], -1.0, 1.0); }, {0, 5}},
+      {"cast", {{0, 5}}, [](auto& in) { return in[0].to(DType::F64).to(DType::F32); }, {0, 5}},
+      {"cat", {{0, 5}, {0, 5}}, [](auto& in) { return cat({in[0], in[1]}, 1); }, {0, 10}},
+      {"reshape, transpose", {{0, 6}}, [](auto& in) { return transpose(in[0].reshape({0, 2, 3}), 1, 2); }, {0, 3, 2}},
+      {"select", {{3, 0}}, [](auto& in) { return select(in[0], 0, 1); }, {0}},
+      {"mean over a non-empty dim", {{0, 5}}, [](auto& in) { return mean(in[0], {1}); }, {0}},
       {"relu", {{0, 3, 4, 4}}, [](auto& in) { return relu(in[0]); }, {0, 3, 4, 4}},
       {"gelu", {{2, 0}}, [](auto& in) { return gelu(in[0]); }, {2, 0}},
       {"sum", {{0, 5}}, [](auto& in) { return sum(in[0], {0}); }, {5}},
