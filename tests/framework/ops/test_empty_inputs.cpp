@@ -1,7 +1,7 @@
-// The ops of the op table on inputs with a dimension of 0, forward and backward, in fp32 and under
-// bf16 autocast (to_device aside): PyTorch's shapes and values (an empty result, zero gradients for the parameters,
-// untouched running statistics), never a crash. The first GPU run found a division by H * W = 0 in
-// the CPU's batch norm; this sweeps the rest.
+// The ops of the op table on inputs with a dimension of 0, forward and backward, in fp32 and
+// under bf16 autocast (to_device aside): PyTorch's shapes and values (an empty result, zero
+// gradients for the parameters, untouched running statistics), never a crash. The first GPU run
+// found a division by H * W = 0 in the CPU's batch norm; this sweeps the rest.
 #include <gtest/gtest.h>
 
 #include <cmath>
