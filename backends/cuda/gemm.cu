@@ -96,9 +96,9 @@ Route route_for(const GemmArgs& g, bool allow_fused_bias) {
   r.out = native ? g.c.dtype : DType::F32;
   r.out_scratch = !native;
   // With a bias, D is fp32 whenever C is half, and one pass rounds D into C. A pass after a half D
-  // would round twice, and so does cuBLASLt's own bias epilogue on a half D: it rounds
-  // alpha op(A) op(B) + beta C into half before adding the bias (seen on an H200, CUDA 13: errors of
-  // 2 ulps of C where the bias cancels most of the product, against the CPU's single rounding).
+  // would round twice, and cuBLASLt's own bias epilogue on a half D errs as if it did too: on an
+  // H200 (CUDA 13) it was off by 2 ulps of C where the bias cancels most of the product, as when
+  // alpha op(A) op(B) + beta C is rounded into half before the bias is added.
   const bool has_bias = g.bias.defined();
   if (has_bias && is_half(r.out)) {
     r.out = DType::F32;
