@@ -191,8 +191,17 @@ void unary_typed(UnaryKind kind, const T* x, T* y, int64_t n, double alpha, doub
         const C normal_min = std::log(std::numeric_limits<C>::min());
         return (v < normal_min).select((v * C(0.5)).exp().square(), v.exp());
       });
-    case UnaryKind::Log: return map_unary(x, y, n, 8, [](const auto& v) { return v.log(); });
-    case UnaryKind::Sqrt: return map_unary(x, y, n, 4, [](const auto& v) { return v.sqrt(); });
+    case UnaryKind::Log:
+      // Eigen's vectorised log clamps x to the smallest normal number, so every subnormal x gave
+      // log(FLT_MIN) = -87.3 (log(1e-40) is -92.1): those are scaled by 2^24 into the normals first.
+      return map_unary(x, y, n, 16, [](const auto& v) {
+        const C normal_min = std::numeric_limits<C>::min(), scale = C(16777216.0), log_scale = C(16.635532333438686);
+        return (v < normal_min && v > C(0)).select((v * scale).log() - log_scale, v.log());
+      });
+    case UnaryKind::Sqrt:
+      // IEEE sqrt (vsqrtps), not Eigen's fast-math one: that flushes subnormal x to 0 and is not
+      // correctly rounded.
+      return map_unary(x, y, n, 4, [](const auto& v) { return v.unaryExpr([](C t) { return std::sqrt(t); }); });
     case UnaryKind::Relu:  // a select, not max(x, 0): NaN must stay NaN, as in PyTorch
       if constexpr (kIsHalf<T>) return relu_half(x, y, n);
       return map_unary(x, y, n, 1, [](const auto& v) {

@@ -295,6 +295,29 @@ TEST_P(CpuUnary, ExpUnderflowsThroughTheSubnormalsToZero) {
   }
 }
 
+// log and sqrt of subnormal inputs, on vectors long enough for the vectorised path: Eigen's
+// versions gave log(FLT_MIN) = -87.3 for every subnormal x and flushed sqrt's to 0.
+TEST_P(CpuUnary, LogAndSqrtOfSubnormals) {
+  const double xs[] = {1e-40, 3e-39, 1e-44, 1.4e-45, 1e-38, 1.17e-38, 2e-38, 5.0, 1e-310, 4e-320};
+  constexpr int kCount = sizeof(xs) / sizeof(xs[0]);
+  for (const DType dtype : {DType::F32, DType::BF16, DType::F64}) {
+    SCOPED_TRACE(demi::dtype_name(dtype));
+    HostTensor x({4 * kCount}, dtype), y({4 * kCount}, dtype);
+    std::vector<double> want_log, want_sqrt;
+    for (int i = 0; i < 4 * kCount; ++i) {
+      x.set(i, xs[i % kCount]);  // stored rounded: 0 where the dtype has no such subnormal
+      want_log.push_back(std::log(x.get(i)));
+      want_sqrt.push_back(std::sqrt(x.get(i)));
+    }
+    // Relative error only: an absolute bound would accept 0 for sqrt(1e-40) = 1e-20.
+    const Tolerance tol{dtype == DType::BF16 ? 0x1p-8 : dtype == DType::F32 ? 1e-6 : 1e-14, 0.0};
+    cpu().unary(UnaryKind::Log, x.ref(), y.ref());
+    expect_close(y, want_log, tol);
+    cpu().unary(UnaryKind::Sqrt, x.ref(), y.ref());
+    expect_close(y, want_sqrt, tol);
+  }
+}
+
 // Bits of element 0 of a 2-byte tensor.
 uint16_t bits16(HostTensor& t) {
   uint16_t bits;
