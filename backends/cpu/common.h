@@ -6,9 +6,11 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "backends/cpu/isa/isa.h"
@@ -32,6 +34,17 @@ template <typename T> struct AccType { using type = T; };
 template <> struct AccType<Eigen::half> { using type = float; };
 template <> struct AccType<Eigen::bfloat16> { using type = float; };
 template <typename T> using acc_t = typename AccType<T>::type;
+
+// exp of an Eigen array expression, right below the normal range. Eigen 3.4's vectorised exp
+// clamps x at about -88.7 (fp32), so every smaller x gave 2.9e-39 rather than its subnormal or 0
+// (exp(-inf) too). There exp(x) is exp(x / 2) squared: each half is in range, and the square rounds
+// into the subnormals (or to 0) once. Both sides are computed: twice Eigen's cost.
+template <typename Derived>
+auto exp_to_subnormals(const Eigen::ArrayBase<Derived>& v) {
+  using C = typename Derived::Scalar;
+  const C normal_min = std::log(std::numeric_limits<C>::min());
+  return (v < normal_min).select((v * C(0.5)).exp().square(), v.exp());
+}
 
 // The +infinity bits of a half type (fp16 0x7c00, bf16 0x7f80); a larger magnitude is a NaN. For
 // kernels that work on the bits (ReLU, max pooling).

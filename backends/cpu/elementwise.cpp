@@ -182,15 +182,7 @@ void unary_typed(UnaryKind kind, const T* x, T* y, int64_t n, double alpha, doub
   const C a = static_cast<C>(alpha), b = static_cast<C>(beta);
   switch (kind) {
     case UnaryKind::Neg: return map_unary(x, y, n, 1, [](const auto& v) { return -v; });
-    case UnaryKind::Exp:
-      // Eigen 3.4's vectorised exp clamps x at about -88.7 (fp32), so every smaller x gave
-      // exp(-88.7) = 2.9e-39 rather than its subnormal or 0 (exp(-inf) too). Below the smallest
-      // normal result, exp(x) is exp(x / 2) squared: each half is in range, and the square rounds
-      // into the subnormals (or to 0) once.
-      return map_unary(x, y, n, 16, [](const auto& v) {
-        const C normal_min = std::log(std::numeric_limits<C>::min());
-        return (v < normal_min).select((v * C(0.5)).exp().square(), v.exp());
-      });
+    case UnaryKind::Exp: return map_unary(x, y, n, 16, [](const auto& v) { return exp_to_subnormals(v); });
     case UnaryKind::Log:
       // Eigen's vectorised log clamps x to the smallest normal number, so every subnormal x gave
       // log(FLT_MIN) = -87.3 (log(1e-40) is -92.1): those are scaled by 2^24 into the normals first.

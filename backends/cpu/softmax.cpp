@@ -25,7 +25,7 @@ void softmax_forward_typed(SoftmaxKind kind, const T* x, T* y, int64_t rows, int
       C m = -std::numeric_limits<C>::infinity();
       for (int64_t j = 0; j < K; ++j) m = std::max(m, static_cast<C>(xr[j]));
       for (int64_t j = 0; j < K; ++j) shifted[j] = static_cast<C>(xr[j]) - m;
-      Eigen::Map<Array>(ex, K) = Eigen::Map<const Array>(shifted, K).exp();
+      Eigen::Map<Array>(ex, K) = exp_to_subnormals(Eigen::Map<const Array>(shifted, K));  // exp(-inf) = 0
       double sum = 0.0;
       for (int64_t j = 0; j < K; ++j) sum += static_cast<double>(ex[j]);
       if (kind == SoftmaxKind::Softmax) {

@@ -94,6 +94,26 @@ TEST(CpuSoftmax, ExtremeLogitsDoNotOverflow) {
   expect_close(hy, {1.0, 0.0}, rounded(DType::F16));
 }
 
+// A masked row (-inf) on a row long enough for the vectorised exp: exactly 0 where masked, as in
+// PyTorch, and the subnormal exp(-100) / 2 where the logit is 100 below the maximum (Eigen's exp
+// alone gave 2.9e-39 / 2 for both).
+TEST(CpuSoftmax, MaskedAndFarBelowTheMaximum) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(demi::dtype_name(dtype));
+    HostTensor x({64}, dtype), y({64}, dtype);
+    std::vector<double> want(64, 0.0);
+    for (int j = 0; j < 64; ++j) x.set(j, -INFINITY);
+    x.set(0, 0.0), x.set(1, 0.0), x.set(2, -100.0);
+    want[0] = want[1] = 1.0 / (2.0 + std::exp(-100.0));
+    want[2] = std::exp(-100.0) / 2.0;
+    cpu().softmax_forward(SoftmaxKind::Softmax, x.ref(), y.ref());
+    // Relative only below the normal range (a bf16 subnormal keeps few bits): want[2] is 1.9e-44.
+    const double rtol = dtype == DType::F32 ? 1e-6 : 0x1p-8;
+    expect_close(y, want, demi::test::Tolerance{rtol, dtype == DType::F32 ? 0x1p-149 : 0x1p-133});
+    for (int j = 3; j < 64; ++j) EXPECT_EQ(y.get(j), 0.0) << "masked element " << j;
+  }
+}
+
 TEST(CpuSoftmax, RejectsMismatchedTensors) {
   HostTensor x({2, 3}, DType::F32), y({3, 2}, DType::F32), h({2, 3}, DType::F16);
   EXPECT_THROW(cpu().softmax_forward(SoftmaxKind::Softmax, x.ref(), y.ref()), demi::Error);
