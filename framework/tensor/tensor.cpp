@@ -174,6 +174,7 @@ void Tensor::backward(const Tensor& grad_output) const { autograd::run_backward(
 void Tensor::copy_to_host_as(DType dtype, void* out) const {
   NoGradGuard no_grad;
   Tensor host = to(Device::cpu()).to(dtype);
+  if (host.nbytes() == 0) return;  // out may be null then (an empty vector's data()), which memcpy may not take
   std::memcpy(out, host.data_ptr(), host.nbytes());
 }
 
