@@ -31,6 +31,7 @@ inline const char* unary_name(UnaryKind k) {
     case UnaryKind::Gelu: return "unary(gelu)";
     case UnaryKind::Pow: return "unary(pow)";
     case UnaryKind::Affine: return "unary(affine)";
+    case UnaryKind::DivScalar: return "unary(div_scalar)";
     case UnaryKind::Clamp: return "unary(clamp)";
   }
   return "unary";

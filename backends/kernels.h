@@ -39,7 +39,8 @@ enum class UnaryKind {
   Relu,    // max(x, 0)
   Gelu,    // x * Phi(x), the erf form (PyTorch's default)
   Pow,     // x^alpha
-  Affine,  // alpha * x + beta (scalar add, scalar multiply, 1 - x ...)
+  Affine,  // alpha * x + beta (scalar add, scalar multiply, 1 - x ...); beta = -0 for a product alone
+  DivScalar,  // x / alpha, correctly rounded (tensor / scalar is a true division in PyTorch)
   Clamp,   // min(max(x, alpha), beta): beta when alpha > beta; NaN stays NaN; a bound may be +-inf
 };
 
@@ -48,7 +49,7 @@ enum class BinaryKind {
   Sub,
   Mul,
   Div,
-  ReluBackward,  // a * (b > 0): a = grad_y, b = y (or x)
+  ReluBackward,  // a where b <= 0 is false, else 0: a = grad_y, b = y (or x); NaN b passes a, as PyTorch
   GeluBackward,  // a * gelu'(b): a = grad_y, b = x
   // Comparisons: 1 where a OP b holds, else 0, in the operands' dtype (NaN compares unequal).
   Eq,

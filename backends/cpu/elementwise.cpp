@@ -161,7 +161,8 @@ void relu_half(const T* x, T* y, int64_t n) {
   });
 }
 
-// y = x > 0 ? g : 0, elementwise over same-shape tensors (y may alias g).
+// y = x <= 0 ? 0 : g, elementwise over same-shape tensors (y may alias g): g passes where x is
+// positive or NaN (bits above inf's with either sign), as PyTorch's threshold_backward.
 template <typename T>
 void relu_backward_half(const T* g, const T* x, T* y, int64_t n) {
   const auto* gb = reinterpret_cast<const uint16_t*>(g);
@@ -170,7 +171,9 @@ void relu_backward_half(const T* g, const T* x, T* y, int64_t n) {
   parallel_for(n, 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       // A mask, not `positive ? gb[i] : 0`: GCC keeps that a branch on the sign (2.4 ns a value).
-      const auto keep = static_cast<uint16_t>(-static_cast<int>(static_cast<uint16_t>(xb[i] - 1) < kHalfInfBits<T>));
+      const bool positive = static_cast<uint16_t>(xb[i] - 1) < kHalfInfBits<T>;
+      const bool nan = static_cast<uint16_t>(xb[i] & 0x7fff) > kHalfInfBits<T>;
+      const auto keep = static_cast<uint16_t>(-static_cast<int>(positive | nan));
       out[i] = static_cast<uint16_t>(gb[i] & keep);
     }
   });
@@ -181,7 +184,8 @@ void unary_typed(UnaryKind kind, const T* x, T* y, int64_t n, double alpha, doub
   using C = acc_t<T>;
   const C a = static_cast<C>(alpha), b = static_cast<C>(beta);
   switch (kind) {
-    case UnaryKind::Neg: return map_unary(x, y, n, 1, [](const auto& v) { return -v; });
+    // * -1, not Eigen's -v: its vector negation is 0 - v, which makes -(+0) +0 (PyTorch: -0).
+    case UnaryKind::Neg: return map_unary(x, y, n, 1, [](const auto& v) { return v * C(-1); });
     case UnaryKind::Exp: return map_unary(x, y, n, 16, [](const auto& v) { return exp_to_subnormals(v); });
     case UnaryKind::Log:
       // Eigen's vectorised log clamps x to the smallest normal number, so every subnormal x gave
@@ -207,12 +211,24 @@ void unary_typed(UnaryKind kind, const T* x, T* y, int64_t n, double alpha, doub
         });
       });
     case UnaryKind::Pow:
+      // PyTorch's exponents computed as products, square roots and reciprocals (so pow(-inf, 0.5)
+      // is NaN, as sqrt(-inf)); std::pow for the others.
       if (alpha == 2.0) return map_unary(x, y, n, 1, [](const auto& v) { return v.square(); });
+      if (alpha == 3.0) return map_unary(x, y, n, 1, [](const auto& v) { return v * v * v; });
+      if (alpha == -1.0) return map_unary(x, y, n, 1, [](const auto& v) { return v.inverse(); });
+      if (alpha == -2.0) return map_unary(x, y, n, 1, [](const auto& v) { return v.square().inverse(); });
+      if (alpha == 0.5 || alpha == -0.5) {
+        return map_unary(x, y, n, 4, [a](const auto& v) {
+          return v.unaryExpr([a](C t) { return a > C(0) ? std::sqrt(t) : C(1) / std::sqrt(t); });
+        });
+      }
       return map_unary(x, y, n, 20, [a](const auto& v) {
         return v.unaryExpr([a](C t) { return static_cast<C>(std::pow(t, a)); });
       });
     case UnaryKind::Affine:
       return map_unary(x, y, n, 1, [a, b](const auto& v) { return v * a + b; });
+    case UnaryKind::DivScalar:
+      return map_unary(x, y, n, 1, [a](const auto& v) { return v / a; });
     case UnaryKind::Clamp:  // selects, not min/max: NaN must stay NaN, as in PyTorch
       return map_unary(x, y, n, 1, [a, b](const auto& v) {
         return v.unaryExpr([a, b](C t) {
@@ -233,8 +249,8 @@ template <typename Cmp>
 struct CompareOp {
   template <typename C> C operator()(C a, C b) const { return Cmp{}(a, b) ? C(1) : C(0); }
 };
-struct ReluBackwardOp {
-  template <typename C> C operator()(C a, C b) const { return b > C(0) ? a : C(0); }
+struct ReluBackwardOp {  // 0 where b <= 0, so that a NaN b passes a (PyTorch's threshold_backward)
+  template <typename C> C operator()(C a, C b) const { return b <= C(0) ? C(0) : a; }
 };
 struct GeluBackwardOp {
   template <typename C> C operator()(C a, C b) const {

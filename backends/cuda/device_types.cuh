@@ -92,6 +92,18 @@ __device__ inline float erf(float v) { return ::erff(v); }
 __device__ inline double erf(double v) { return ::erf(v); }
 __device__ inline float pow(float v, float p) { return ::powf(v, p); }
 __device__ inline double pow(double v, double p) { return ::pow(v, p); }
+// x^p as PyTorch computes it: products, square roots and reciprocals for the exponents 2, 3, 0.5,
+// -0.5, -1 and -2 (pow(-inf, 0.5) is NaN, as sqrt(-inf)), pow() for the others.
+template <typename A>
+__device__ inline A pow_scalar(A x, A p) {
+  if (p == A(2)) return x * x;
+  if (p == A(3)) return x * x * x;
+  if (p == A(0.5)) return sqrt(x);
+  if (p == A(-0.5)) return A(1) / sqrt(x);
+  if (p == A(-1)) return A(1) / x;
+  if (p == A(-2)) return A(1) / (x * x);
+  return pow(x, p);
+}
 // alpha * x + beta rounded twice, never contracted into an FMA: the CPU's (Eigen, ISO C++ with
 // -ffp-contract=off) arithmetic, so that scalar scaling matches bit for bit.
 __device__ inline float affine(float x, float alpha, float beta) { return __fadd_rn(__fmul_rn(alpha, x), beta); }

@@ -34,8 +34,9 @@ __device__ inline A unary_op(UnaryKind kind, A x, A alpha, A beta) {
     case UnaryKind::Sqrt: return dmath::sqrt(x);
     case UnaryKind::Relu: return x < A(0) ? A(0) : x;  // a select, not max(x, 0): NaN stays NaN
     case UnaryKind::Gelu: return A(0.5) * x * (A(1) + dmath::erf(x * A(kSqrtHalf)));
-    case UnaryKind::Pow: return alpha == A(2) ? x * x : dmath::pow(x, alpha);  // square exactly
+    case UnaryKind::Pow: return dmath::pow_scalar(x, alpha);
     case UnaryKind::Affine: return dmath::affine(x, alpha, beta);
+    case UnaryKind::DivScalar: return x / alpha;
     case UnaryKind::Clamp: {  // selects (NaN stays NaN), the upper bound last: min > max gives max
       const A low = x < alpha ? alpha : x;
       return low > beta ? beta : low;
@@ -51,9 +52,9 @@ __device__ inline A binary_op(BinaryKind kind, A a, A b) {
     case BinaryKind::Sub: return a - b;
     case BinaryKind::Mul: return a * b;
     case BinaryKind::Div: return a / b;
-    // A select, not a * (b > 0): an inf or NaN gradient where the unit is off gives 0, not NaN
-    // (PyTorch's threshold_backward).
-    case BinaryKind::ReluBackward: return b > A(0) ? a : A(0);
+    // A select, not a * (b > 0): an inf or NaN gradient where the unit is off gives 0, not NaN;
+    // a NaN b passes a (PyTorch's threshold_backward: 0 where b <= 0).
+    case BinaryKind::ReluBackward: return b <= A(0) ? A(0) : a;
     case BinaryKind::GeluBackward: {  // d/dx [x Phi(x)] = Phi(x) + x phi(x)
       const A cdf = A(0.5) * (A(1) + dmath::erf(b * A(kSqrtHalf)));
       const A pdf = dmath::exp(A(-0.5) * b * b) * A(kInvSqrt2Pi);

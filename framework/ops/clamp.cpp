@@ -1,6 +1,6 @@
-// clamp: y = min(max(x, min), max), NaN kept. grad_x = grad_y where x was inside [min, max] (y == x,
-// bounds included, as PyTorch), else 0; backward recomputes y from the saved x rather than saving
-// both.
+// clamp: y = min(max(x, min), max), NaN kept. grad_x = grad_y where min < x < max, else 0: the
+// bounds themselves and NaN get 0, and each bound compares in x's dtype (a bf16 x of 0.69921875 is
+// at a max of 0.7), as PyTorch 2.15 does (crosscheck/). An absent bound is not tested.
 #include <cmath>
 #include <limits>
 
@@ -22,8 +22,11 @@ struct Clamp {
   static TensorList backward(OpContext& ctx, const Tensor& grad_y) {
     const auto& [lo, hi] = ctx.attrs<std::pair<double, double>>();
     const Tensor& x = ctx.saved(0);
-    const Tensor inside = binary_kernel(kName, backend::BinaryKind::Eq, unary_kernel(backend::UnaryKind::Clamp, x, lo, hi), x);
-    return {grad_y * inside.to(grad_y.dtype())};
+    Tensor inside;
+    if (!std::isinf(lo)) inside = (x > lo).to(grad_y.dtype());
+    if (!std::isinf(hi)) inside = inside.defined() ? inside * (x < hi).to(grad_y.dtype()) : (x < hi).to(grad_y.dtype());
+    // A select (ReluBackward: 0 where inside <= 0), not a product: an inf gradient outside gives 0.
+    return {binary_kernel(kName, backend::BinaryKind::ReluBackward, grad_y, inside)};
   }
 };
 DEMI_REGISTER_OP(Clamp)

@@ -1,4 +1,5 @@
-// div: y = a / b with broadcasting; grad_a = grad_y / b, grad_b = -grad_y * a / b^2.
+// div: y = a / b with broadcasting; grad_a = grad_y / b, grad_b = -grad_y * ((a / b) / b), in
+// PyTorch's order: a / b^2 would make 0 / (1e-45)^2 a NaN where the gradient is 0.
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
 
@@ -19,7 +20,7 @@ struct Div {
     const Tensor& b = ctx.saved(1);
     const Tensor grad_a = grad_y / b;
     return {ctx.needs_grad(0) ? sum_to(grad_a, shape_a) : Tensor(),
-            ctx.needs_grad(1) ? sum_to(-(grad_a * ctx.saved(0) / b), shape_b) : Tensor()};
+            ctx.needs_grad(1) ? sum_to(-(grad_y * (ctx.saved(0) / b / b)), shape_b) : Tensor()};
   }
 };
 DEMI_REGISTER_OP(Div)

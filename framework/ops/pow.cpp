@@ -1,6 +1,8 @@
-// pow: y = x^p for a scalar exponent p; grad_x = grad_y * p * x^(p-1).
+// pow: y = x^p for a scalar exponent p; grad_x = grad_y * p * x^(p-1), and 0 for p = 0 (as
+// PyTorch: 0 * x^-1 would be NaN at x = 0).
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
+#include "framework/tensor/factories.h"
 
 namespace demi::ops {
 
@@ -16,6 +18,7 @@ struct Pow {
   }
   static TensorList backward(OpContext& ctx, const Tensor& grad_y) {
     const double p = ctx.attrs<double>();
+    if (p == 0.0) return {zeros_like(grad_y)};
     return {grad_y * (pow(ctx.saved(0), p - 1.0) * p)};
   }
 };

@@ -107,9 +107,15 @@ const Tensor& Tensor::sub_(const Tensor& other, double alpha) const {
 }
 const Tensor& Tensor::sub_(double value) const { return affine_in_place("sub_", 1.0, -value); }
 const Tensor& Tensor::mul_(const Tensor& other) const { return binary_in_place("mul_", backend::BinaryKind::Mul, other); }
-const Tensor& Tensor::mul_(double value) const { return affine_in_place("mul_", value, 0.0); }
+const Tensor& Tensor::mul_(double value) const { return affine_in_place("mul_", value, -0.0); }  // -0: no shift
 const Tensor& Tensor::div_(const Tensor& other) const { return binary_in_place("div_", backend::BinaryKind::Div, other); }
-const Tensor& Tensor::div_(double value) const { return affine_in_place("div_", 1.0 / value, 0.0); }
+const Tensor& Tensor::div_(double value) const {  // a true division, as x / value
+  check_in_place("div_", *this);
+  DEMI_CHECK(is_floating(dtype()), "div_: the tensor must be floating, got ", dtype(), "; convert it first");
+  kernels(*this).unary(backend::UnaryKind::DivScalar, ref(), ref(), value, 0.0);
+  impl_ref().storage->bump_version();
+  return *this;
+}
 const Tensor& Tensor::clamp_(std::optional<double> min, std::optional<double> max) const {
   check_in_place("clamp_", *this);
   const auto [lo, hi] = ops::clamp_bounds("clamp_", min, max);

@@ -53,7 +53,7 @@ double binary_ref(BinaryKind kind, double a, double b) {
     case BinaryKind::Sub: return a - b;
     case BinaryKind::Mul: return a * b;
     case BinaryKind::Div: return a / b;
-    case BinaryKind::ReluBackward: return b > 0 ? a : 0.0;
+    case BinaryKind::ReluBackward: return b <= 0 ? 0.0 : a;
     case BinaryKind::GeluBackward: return a * gelu_grad_ref(b);
     case BinaryKind::Eq: return a == b;
     case BinaryKind::Ne: return a != b;
@@ -208,7 +208,11 @@ const UnaryCase kUnaryCases[] = {
     {"relu", UnaryKind::Relu, 0, 0, -2, 2},        {"gelu", UnaryKind::Gelu, 0, 0, -5, 5},
     {"pow 2", UnaryKind::Pow, 2.0, 0, -3, 3},      {"pow 3", UnaryKind::Pow, 3.0, 0, -2, 2},
     {"pow 0.5", UnaryKind::Pow, 0.5, 0, 0.01, 4},  {"pow -1.5", UnaryKind::Pow, -1.5, 0, 0.2, 4},
+    {"pow -0.5", UnaryKind::Pow, -0.5, 0, 0.01, 4}, {"pow -1", UnaryKind::Pow, -1.0, 0, 0.2, 4},
+    {"pow -2", UnaryKind::Pow, -2.0, 0, 0.2, 4},
     {"affine", UnaryKind::Affine, -1.5, 0.25, -3, 3},
+    {"scale", UnaryKind::Affine, -1.5, -0.0, -3, 3},
+    {"div_scalar", UnaryKind::DivScalar, 3.0, 0, -3, 3},
     {"clamp", UnaryKind::Clamp, -0.5, 1.25, -3, 3},
     {"clamp min only", UnaryKind::Clamp, 0.5, INFINITY, -3, 3},
     {"clamp min > max gives max", UnaryKind::Clamp, 1.0, -1.0, -3, 3},
@@ -224,6 +228,7 @@ double unary_ref(const UnaryCase& c, double x) {
     case UnaryKind::Gelu: return gelu_ref(x);
     case UnaryKind::Pow: return std::pow(x, c.alpha);
     case UnaryKind::Affine: return c.alpha * x + c.beta;
+    case UnaryKind::DivScalar: return x / c.alpha;
     case UnaryKind::Clamp: return std::min(std::max(x, c.alpha), c.beta);
   }
   return 0.0;
@@ -250,6 +255,40 @@ TEST_P(CpuUnary, MatchesNaiveReference) {
       }
     }
   }
+}
+
+// Where PyTorch's values differ from the textbook ones, found by crosscheck/ (scripts/crosscheck-pytorch):
+// x * 2 keeps -0 (alpha x + beta with beta = -0; + 0 made it +0), x / 3 is a correctly rounded division (x * (1/3) is an
+// ulp off for a third of the values), and pow's exponents 0.5, -0.5, -1, -2 and 3 are sqrt, 1/sqrt,
+// 1/x, 1/(x x) and x x x: pow(-inf, 0.5) is NaN and pow(-0, -0.5) is -inf. 67 values each, so that
+// the vector bodies and tails both run.
+TEST_P(CpuUnary, ScalingDivisionAndPowAsPyTorch) {
+  const double inf = INFINITY;
+  for (DType dtype : kFloating) {
+    SCOPED_TRACE(demi::dtype_name(dtype));
+    HostTensor x({67}, dtype), y({67}, dtype);
+    for (int64_t i = 0; i < 67; ++i) x.set(i, -0.0);
+    cpu().unary(UnaryKind::Affine, x.ref(), y.ref(), 2.0, -0.0);  // x * 2: adding -0 changes nothing
+    for (int64_t i = 0; i < 67; ++i) ASSERT_TRUE(y.get(i) == 0.0 && std::signbit(y.get(i))) << "x * 2 at -0, " << i;
+    cpu().unary(UnaryKind::DivScalar, x.ref(), y.ref(), 3.0, 0.0);
+    for (int64_t i = 0; i < 67; ++i) ASSERT_TRUE(y.get(i) == 0.0 && std::signbit(y.get(i))) << "x / 3 at -0, " << i;
+    const double special[] = {-inf, -0.0, 0.0, inf, 4.0};
+    const double want_sqrt[] = {std::nan(""), -0.0, 0.0, inf, 2.0}, want_rsqrt[] = {std::nan(""), -inf, inf, 0.0, 0.5};
+    for (int64_t i = 0; i < 67; ++i) x.set(i, special[i % 5]);
+    for (const auto& [p, want] : {std::make_pair(0.5, want_sqrt), std::make_pair(-0.5, want_rsqrt)}) {
+      cpu().unary(UnaryKind::Pow, x.ref(), y.ref(), p, 0.0);
+      for (int64_t i = 0; i < 67; ++i) {
+        const double got = y.get(i), w = want[i % 5];
+        EXPECT_TRUE(std::isnan(w) ? std::isnan(got) : got == w && std::signbit(got) == std::signbit(w))
+            << "pow(" << special[i % 5] << ", " << p << ") = " << got << ", PyTorch " << w;
+      }
+    }
+  }
+  HostTensor x({1000}, DType::F32), y({1000}, DType::F32);
+  std::mt19937 rng(5);
+  const std::vector<double> v = x.randomize(rng, -10.0, 10.0);
+  cpu().unary(UnaryKind::DivScalar, x.ref(), y.ref(), 3.0, 0.0);
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(static_cast<float>(y.get(i)), static_cast<float>(v[i]) / 3.0f) << i;
 }
 
 TEST_P(CpuUnary, SpecialValues) {
@@ -351,7 +390,7 @@ TEST(CpuRelu, HalfBitsSelectAsTheValuesDo) {
     std::vector<double> want_y(vx.size()), want_gx(vx.size());
     for (size_t i = 0; i < vx.size(); ++i) {
       want_y[i] = std::isnan(vx[i]) ? nan : (vx[i] < 0 ? 0.0 : vx[i]);
-      want_gx[i] = vx[i] > 0 ? 1.5 : 0.0;
+      want_gx[i] = vx[i] <= 0 ? 0.0 : 1.5;  // NaN passes the gradient, as PyTorch's threshold_backward
     }
     cpu().unary(UnaryKind::Relu, x.ref(), y.ref());
     expect_close(y, want_y, kExact, "relu");
