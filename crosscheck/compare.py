@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Holds crosscheck_ops' results against PyTorch.
+
+For every case in the file crosscheck_ops wrote, runs the same op in PyTorch on the same input
+bits, once in the case's dtype (the result a PyTorch user would get) and once in float64 (the
+reference), and compares demi's outputs and input gradients with both:
+
+  differs        demi's error against float64 is above 1e-2 and 10x PyTorch's: a different meaning
+  less accurate  above 4x PyTorch's error (and above the dtype's unit roundoff)
+  dtype          demi's result has another dtype than PyTorch's
+  non-finite     inf / NaN where PyTorch has a number, or the other way round, or a different sign
+  torch off      PyTorch's inf / NaN in this dtype differ from its own float64 result, demi's do not
+  zero sign      +0 where PyTorch has -0 or the other way round
+  intended       a difference docs/pytorch.md lists as intended
+  mismatch       integer results (argmax, comparisons) that are not equal
+  raised         one side raised an error and the other did not
+
+Errors are relative per element, against float64, with a floor of 1e-3 of the tensor's largest
+magnitude so that values near zero do not dominate. Prints the rows that are not ok, but for the
+signs of zero gradients (all with --all), and a count per verdict; exits 1 when any case differs,
+raised or mismatched.
+
+Usage: compare.py RESULTS.safetensors [--all] [--mode fp32,bf16,...]
+"""
+import argparse
+import json
+import math
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
+          "I64": torch.int64, "U8": torch.uint8, "BOOL": torch.bool}
+UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float64: 2.0**-53}
+AUTOCAST = {"autocast_bf16": torch.bfloat16, "autocast_fp16": torch.float16}
+# (op, verdict) -> why: docs/pytorch.md, "Intended differences".
+INTENDED = {("cross_entropy", "dtype"): "losses are fp32 (docs/pytorch.md)"}
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    body = memoryview(data)[8 + n:]
+    tensors = {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        dtype = DTYPES[info["dtype"]]
+        raw = bytearray(body[begin:end])
+        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        tensors[name] = t.reshape(info["shape"]).clone()
+    return tensors, meta
+
+
+def dims_arg(dims):
+    return tuple(dims) if dims else None
+
+
+def reduce(fn, x, p):
+    dims = dims_arg(p["dims"])
+    return fn(x) if dims is None and not p["keepdim"] else fn(x, dim=dims, keepdim=p["keepdim"])
+
+
+def stride_arg(p):
+    return p["stride"] or None
+
+
+def batch_norm(x, p):
+    weight = x[3] if len(x) > 3 else None
+    bias = x[4] if len(x) > 4 else None
+    y = F.batch_norm(x[0], x[1], x[2], weight, bias, p["training"], p["momentum"], p["eps"])
+    return [F.relu(y) if p["relu"] else y, x[1], x[2]]
+
+
+def global_max_pool2d(x):
+    return F.max_pool2d(x, kernel_size=x.shape[-2:])  # nn.AdaptiveMaxPool2d(1)'s choice of index
+
+
+# op name -> f(inputs, params) -> list of outputs (the first differentiated)
+OPS = {
+    "add": lambda x, p: [x[0] + x[1]],
+    "sub": lambda x, p: [x[0] - x[1]],
+    "mul": lambda x, p: [x[0] * x[1]],
+    "div": lambda x, p: [x[0] / x[1]],
+    "affine": lambda x, p: [x[0] * p["alpha"] + p["beta"]],
+    "rsub_scalar": lambda x, p: [p["value"] - x[0]],
+    "rdiv_scalar": lambda x, p: [p["value"] / x[0]],
+    "div_scalar": lambda x, p: [x[0] / p["value"]],
+    "neg": lambda x, p: [-x[0]],
+    "exp": lambda x, p: [torch.exp(x[0])],
+    "log": lambda x, p: [torch.log(x[0])],
+    "sqrt": lambda x, p: [torch.sqrt(x[0])],
+    "pow": lambda x, p: [torch.pow(x[0], p["exponent"])],
+    "relu": lambda x, p: [F.relu(x[0])],
+    "gelu": lambda x, p: [F.gelu(x[0])],
+    "clamp": lambda x, p: [torch.clamp(x[0], p.get("min"), p.get("max"))],
+    "eq": lambda x, p: [x[0] == x[1]],
+    "ne": lambda x, p: [x[0] != x[1]],
+    "lt": lambda x, p: [x[0] < x[1]],
+    "le": lambda x, p: [x[0] <= x[1]],
+    "gt": lambda x, p: [x[0] > x[1]],
+    "ge": lambda x, p: [x[0] >= x[1]],
+    "lt_scalar": lambda x, p: [x[0] < p["value"]],
+    "sum": lambda x, p: [reduce(torch.sum, x[0], p)],
+    "mean": lambda x, p: [reduce(torch.mean, x[0], p)],
+    "argmax": lambda x, p: [torch.argmax(x[0], dim=p["dim"], keepdim=p["keepdim"])],
+    "reshape": lambda x, p: [x[0].reshape(p["shape"])],
+    "transpose": lambda x, p: [x[0].transpose(p["dim0"], p["dim1"])],
+    "select": lambda x, p: [x[0].select(p["dim"], p["index"])],
+    "cat": lambda x, p: [torch.cat(x, dim=p["dim"])],
+    "matmul": lambda x, p: [x[0] @ x[1]],
+    "linear": lambda x, p: [F.linear(*x)],
+    "conv2d": lambda x, p: [F.conv2d(x[0], x[1], x[2] if len(x) > 2 else None, p["stride"], p["padding"])],
+    "max_pool2d": lambda x, p: [F.max_pool2d(x[0], p["kernel_size"], stride_arg(p), p["padding"])],
+    "avg_pool2d": lambda x, p: [F.avg_pool2d(x[0], p["kernel_size"], stride_arg(p), p["padding"])],
+    "global_avg_pool2d": lambda x, p: [F.adaptive_avg_pool2d(x[0], 1)],
+    "global_max_pool2d": lambda x, p: [global_max_pool2d(x[0])],
+    "batch_norm": batch_norm,
+    "softmax": lambda x, p: [F.softmax(x[0], dim=p["dim"])],
+    "log_softmax": lambda x, p: [F.log_softmax(x[0], dim=p["dim"])],
+    "cross_entropy": lambda x, p: [F.cross_entropy(x[0], x[1], label_smoothing=p["label_smoothing"])],
+}
+# Cases whose inputs are scaled before the op (crosscheck_ops.cpp does the same).
+PRE_SCALE = {"softmax_large_logits": 1000.0, "cross_entropy_confident": 100.0}
+
+
+def run_torch(case, inputs, gy, dtype64, autocast_dtype):
+    """Outputs and input gradients of case in PyTorch; dtype64 runs it in float64 (no autocast)."""
+    grads_wanted = [i["grad"] for i in case["inputs"]]
+    x = []
+    for t, want in zip(inputs, grads_wanted):
+        t = t.clone()
+        if dtype64 and t.is_floating_point():
+            t = t.double()
+        x.append(t.requires_grad_(want))
+    name = case["key"].split("/", 1)[1]
+    args = list(x)
+    if name in PRE_SCALE:
+        args[0] = args[0] * PRE_SCALE[name]
+    if autocast_dtype is not None and not dtype64:
+        with torch.autocast("cpu", dtype=autocast_dtype):
+            y = OPS[case["op"]](args, case["params"])
+    else:
+        y = OPS[case["op"]](args, case["params"])
+    grads = {}
+    wanted = [i for i, want in enumerate(grads_wanted) if want]
+    if gy is not None and wanted:
+        g = gy.double() if dtype64 else gy
+        out = torch.autograd.grad(y[0], [x[i] for i in wanted], g.to(y[0].dtype), allow_unused=True)
+        grads = {i: o for i, o in zip(wanted, out) if o is not None}
+    return [t.detach() for t in y], grads
+
+
+def relative_errors(a, ref):
+    """Per-element |a - ref| / max(|ref|, 1e-3 max|ref|) over the positions where both are finite."""
+    a, ref = a.double(), ref.double()
+    both = torch.isfinite(a) & torch.isfinite(ref)
+    if not both.any():
+        return 0.0
+    r = ref[both]
+    floor = max(r.abs().max().item() * 1e-3, 1e-30)
+    return ((a[both] - r).abs() / r.abs().clamp_min(floor)).max().item()
+
+
+def nonfinite_mismatches(a, b):
+    a, b = a.double(), b.double()
+    nan = torch.isnan(a) != torch.isnan(b)
+    inf = (torch.isinf(a) != torch.isinf(b)) | (torch.isinf(a) & torch.isinf(b) & (torch.sign(a) != torch.sign(b)))
+    return int((nan | inf).sum().item())
+
+
+def judge(d, t, r, dtype):
+    """(verdict, demi error, torch error, note) for demi's tensor d against torch's t and float64's r."""
+    if tuple(d.shape) != tuple(t.shape):
+        return "differs", math.nan, math.nan, f"shape demi {list(d.shape)} torch {list(t.shape)}"
+    notes = []
+    verdict = "ok"
+    torch_dtype = t.dtype
+    if torch_dtype == torch.bool:
+        torch_dtype = torch.uint8
+    if d.dtype != torch_dtype:
+        verdict, notes = "dtype", [f"dtype demi {d.dtype} torch {t.dtype}".replace("torch.", "")]
+    if not d.is_floating_point():
+        bad = int((d.to(torch.int64) != t.to(torch.int64)).sum().item())
+        if bad:
+            return "mismatch", math.nan, math.nan, f"{bad} of {d.numel()} differ"
+        return verdict, 0.0, 0.0, "; ".join(notes)
+    mism = nonfinite_mismatches(d, t)
+    if mism:
+        ref_side = nonfinite_mismatches(d, r)
+        notes.append(f"{mism} of {d.numel()} inf/NaN differ from torch ({ref_side} from float64)")
+        if verdict == "ok":
+            verdict = "torch off" if ref_side == 0 else "non-finite"
+    zeros = (d.double() == 0) & (t.double() == 0) & (torch.signbit(d.double()) != torch.signbit(t.double()))
+    if zeros.any():
+        notes.append(f"{int(zeros.sum())} zeros of the other sign")
+        if verdict == "ok":
+            verdict = "zero sign"
+    ed, et = relative_errors(d, r), relative_errors(t, r)
+    u = UNIT_ROUNDOFF.get(dtype, 2.0**-24)
+    if ed > 1e-2 and ed > 10 * max(et, u):
+        verdict = "differs"
+    elif ed > 4 * max(et, u) and verdict == "ok":
+        verdict = "less accurate"
+    return verdict, ed, et, "; ".join(notes)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results")
+    parser.add_argument("--all", action="store_true", help="print every row, not only those that are not ok")
+    parser.add_argument("--mode", default="", help="comma-separated modes to check (default all)")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    tensors, meta = load_safetensors(args.results)
+    cases = json.loads(meta["cases"])
+    modes = set(args.mode.split(",")) if args.mode else None
+
+    rows, counts = [], {}
+    for case in cases:
+        key, mode = case["key"], case["mode"]
+        if modes and mode not in modes:
+            continue
+        inputs = [tensors[f"{key}/in{i}"] for i in range(len(case["inputs"]))]
+        gy = tensors.get(f"{key}/gy")
+        autocast_dtype = AUTOCAST.get(mode)
+        dtype = autocast_dtype or next((t.dtype for t in inputs if t.is_floating_point()), torch.float32)
+        try:
+            ty, tg = run_torch(case, inputs, gy, False, autocast_dtype)
+            ry, rg = run_torch(case, inputs, gy, True, None)
+            torch_error = None
+        except Exception as e:  # noqa: BLE001 - an error is a result to compare
+            torch_error = str(e).splitlines()[0]
+        if "error" in case or torch_error:
+            if "error" in case and torch_error:
+                verdict, note = "ok", "both raised"
+            elif "error" in case:
+                verdict, note = "raised", "demi: " + case["error"].splitlines()[0]
+            else:
+                verdict, note = "raised", "torch: " + torch_error
+            rows.append((key, "-", verdict, math.nan, math.nan, note))
+            counts[verdict] = counts.get(verdict, 0) + 1
+            continue
+        compared = [(f"out{i}", tensors[f"{key}/out{i}"], ty[i], ry[i]) for i in range(case["outputs"])]
+        for i, info in enumerate(case["inputs"]):
+            if not info["grad"]:
+                continue
+            d = tensors.get(f"{key}/grad{i}")
+            t, r = tg.get(i), rg.get(i)
+            if d is None or t is None:
+                if (d is None) != (t is None):
+                    rows.append((key, f"grad{i}", "differs", math.nan, math.nan,
+                                 "demi has no gradient" if d is None else "torch has no gradient"))
+                    counts["differs"] = counts.get("differs", 0) + 1
+                continue
+            compared.append((f"grad{i}", d, t, r))
+        for what, d, t, r in compared:
+            verdict, ed, et, note = judge(d, t, r, dtype)
+            if (case["op"], verdict) in INTENDED:
+                verdict, note = "intended", f"{note}: {INTENDED[(case['op'], verdict)]}"
+            rows.append((key, what, verdict, ed, et, note))
+            counts[verdict] = counts.get(verdict, 0) + 1
+
+    print(f"demi vs PyTorch {torch.__version__} (CPU): {len(cases)} cases, errors relative to float64")
+    print(f"{'case':48} {'tensor':7} {'verdict':14} {'demi err':>10} {'torch err':>10}  note")
+    for key, what, verdict, ed, et, note in rows:
+        # The sign of a zero gradient (a masked ReLU's) is noise; of an output, it is a value.
+        quiet = verdict == "ok" or (verdict == "zero sign" and what.startswith("grad"))
+        if quiet and not args.all:
+            continue
+        print(f"{key:48} {what:7} {verdict:14} {ed:10.2e} {et:10.2e}  {note}")
+    print("verdicts: " + ", ".join(f"{v} {n}" for v, n in sorted(counts.items())))
+    bad = sum(counts.get(v, 0) for v in ("differs", "raised", "mismatch"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,417 @@
+// crosscheck_ops: runs the ops of demi's functional API on seeded inputs (fp32, bf16, fp16, and fp32
+// under bf16 / fp16 autocast), forward and backward, and writes the inputs, the upstream gradient,
+// the outputs and the input gradients to one safetensors file whose metadata lists the cases.
+// crosscheck/compare.py runs the same cases in PyTorch (in the same dtype, and in float64 as the
+// reference) and reports where demi computes something else, or less accurately.
+// scripts/crosscheck-pytorch builds and runs both.
+//
+// Usage: crosscheck_ops OUT.safetensors
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/demi/demi.h"
+
+namespace demi {
+namespace {
+
+using json = nlohmann::json;
+using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+// How an input's values are drawn: in fp32, then rounded to the case's dtype, so that both
+// frameworks see the same values.
+enum class Draw { Normal, Positive, AwayFromZero, Special, SpecialShifted, Ties, Labels };
+
+struct Input {
+  Shape shape;
+  Draw draw = Draw::Normal;
+  bool grad = true;     // its gradient is compared
+  bool fp32 = false;    // fp32 whatever the case's dtype (batch norm's parameters and statistics)
+  int64_t classes = 0;  // Draw::Labels: values in [0, classes)
+};
+
+struct Case {
+  std::string name;  // unique within a dtype
+  std::string op;    // compare.py's key
+  json params;       // the op's arguments, for compare.py
+  std::vector<Input> inputs;
+  Fn fn;  // outputs: the first is differentiated, the others (running statistics) only compared
+  bool backward = true;
+};
+
+// Values on which vectorised math, masks and rounding go wrong: signed zeros, infinities, NaN,
+// fp32 and half subnormals, the edges of exp's range, the limits of fp16 and of fp32.
+const std::vector<float> kSpecials = {
+    0.0f, -0.0f,   INFINITY, -INFINITY, NAN,    1e-40f, -1e-40f, 1e-45f, 6e-8f, -6e-8f, 1e-5f,  1e30f,  -1e30f,
+    88.8f, -88.8f, -104.0f,  65504.0f,  7e4f,   -7e4f,  0.5f,    -0.5f,  1.0f,  -1.0f,  3e38f,  2.0f,   -3.0f,
+    1e-3f, -1e-3f, 11.1f,    -11.1f,    100.0f, -100.0f};
+
+Tensor draw(const Input& in, DType dtype, Generator& gen) {
+  const DType t = in.fp32 ? DType::F32 : dtype;
+  const int64_t n = shape_numel(in.shape);
+  switch (in.draw) {
+    case Draw::Normal: return randn(in.shape, gen).to(t);
+    case Draw::Positive: return exp(randn(in.shape, gen) * 0.5).to(t);
+    case Draw::AwayFromZero: {
+      std::vector<float> v = randn(in.shape, gen).to_vector<float>();
+      for (float& e : v) e = e >= 0 ? e + 0.5f : e - 0.5f;
+      return tensor(v, in.shape, t);
+    }
+    case Draw::Special:
+    case Draw::SpecialShifted: {  // the specials over and over: vector bodies and scalar tails
+      const size_t shift = in.draw == Draw::SpecialShifted ? 7 : 0;
+      std::vector<float> v(static_cast<size_t>(n));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = kSpecials[(i + shift + i / kSpecials.size()) % kSpecials.size()];
+      return tensor(v, in.shape, t);
+    }
+    case Draw::Ties: {  // 0, 1 or 2: equal values in every window and row
+      std::vector<float> v = rand(in.shape, gen).to_vector<float>();
+      for (float& e : v) e = std::floor(e * 3.0f);
+      return tensor(v, in.shape, t);
+    }
+    case Draw::Labels: {
+      const std::vector<float> u = rand(in.shape, gen).to_vector<float>();
+      std::vector<int64_t> v(u.size());
+      for (size_t i = 0; i < u.size(); ++i) v[i] = std::min<int64_t>(in.classes - 1, static_cast<int64_t>(u[i] * in.classes));
+      return tensor(v, in.shape);
+    }
+  }
+  return Tensor();
+}
+
+Input normal(Shape s) { return {std::move(s)}; }
+Input positive(Shape s) { return {std::move(s), Draw::Positive}; }
+Input away(Shape s) { return {std::move(s), Draw::AwayFromZero}; }
+Input special(Shape s, Draw d = Draw::Special) { return {std::move(s), d}; }
+Input ties(Shape s) { return {std::move(s), Draw::Ties}; }
+Input labels(Shape s, int64_t classes) { return {std::move(s), Draw::Labels, false, false, classes}; }
+Input fp32_param(Shape s) { return {std::move(s), Draw::Normal, true, true}; }
+Input fp32_state(Shape s, Draw d) { return {std::move(s), d, false, true}; }
+Input no_grad(Input in) {
+  in.grad = false;
+  return in;
+}
+
+Fn one(std::function<Tensor(const std::vector<Tensor>&)> f) {
+  return [f](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in)}; };
+}
+
+Tensor binary(const std::string& op, const Tensor& a, const Tensor& b) {
+  if (op == "add") return a + b;
+  if (op == "sub") return a - b;
+  if (op == "mul") return a * b;
+  return a / b;
+}
+
+Tensor compare(const std::string& op, const Tensor& a, const Tensor& b) {
+  if (op == "eq") return a == b;
+  if (op == "ne") return a != b;
+  if (op == "lt") return a < b;
+  if (op == "le") return a <= b;
+  if (op == "gt") return a > b;
+  return a >= b;
+}
+
+// The cases run with inputs in fp32, bf16 and fp16.
+std::vector<Case> dtype_cases() {
+  std::vector<Case> c;
+  auto add = [&c](std::string name, std::string op, json params, std::vector<Input> in, Fn fn, bool backward = true) {
+    c.push_back({std::move(name), std::move(op), std::move(params), std::move(in), std::move(fn), backward});
+  };
+
+  // Element-wise: 67 x 37 (vector bodies and tails), broadcasting, and the specials against each other.
+  for (const std::string op : {"add", "sub", "mul", "div"}) {
+    const bool div = op == "div";
+    auto f = one([op](auto& x) { return binary(op, x[0], x[1]); });
+    add(op + "_same", op, {}, {normal({67, 37}), div ? away({67, 37}) : normal({67, 37})}, f);
+    add(op + "_broadcast", op, {}, {normal({3, 1, 37}), div ? away({5, 1}) : normal({5, 1})}, f);
+    add(op + "_specials", op, {}, {special({131}), special({131}, Draw::SpecialShifted)}, f);
+  }
+  add("affine", "affine", {{"alpha", 2.5}, {"beta", -1.25}}, {normal({67, 37})},
+      one([](auto& x) { return x[0] * 2.5 - 1.25; }));
+  add("rsub_scalar", "rsub_scalar", {{"value", 1.0}}, {normal({131})}, one([](auto& x) { return 1.0 - x[0]; }));
+  add("rdiv_scalar", "rdiv_scalar", {{"value", 3.0}}, {away({131})}, one([](auto& x) { return 3.0 / x[0]; }));
+  add("div_scalar_specials", "div_scalar", {{"value", 3.0}}, {special({131})}, one([](auto& x) { return x[0] / 3.0; }));
+  // Mixed dtypes: an fp32 tensor widens the result; an fp32 0-d tensor does not.
+  add("add_fp32_row", "add", {}, {normal({67, 37}), fp32_param({37})}, one([](auto& x) { return x[0] + x[1]; }));
+  add("mul_fp32_0d", "mul", {}, {normal({67, 37}), fp32_param({})}, one([](auto& x) { return x[0] * x[1]; }));
+
+  // Unary functions on ordinary values and on the specials.
+  struct Unary {
+    std::string op;
+    json params;
+    Draw domain;
+    std::function<Tensor(const Tensor&)> f;
+  };
+  const std::vector<Unary> unary = {
+      {"neg", {}, Draw::Normal, [](const Tensor& x) { return -x; }},
+      {"exp", {}, Draw::Normal, [](const Tensor& x) { return exp(x); }},
+      {"log", {}, Draw::Positive, [](const Tensor& x) { return log(x); }},
+      {"sqrt", {}, Draw::Positive, [](const Tensor& x) { return sqrt(x); }},
+      {"pow", {{"exponent", 2.0}}, Draw::Normal, [](const Tensor& x) { return pow(x, 2.0); }},
+      {"pow", {{"exponent", 3.0}}, Draw::Normal, [](const Tensor& x) { return pow(x, 3.0); }},
+      {"pow", {{"exponent", 0.5}}, Draw::Positive, [](const Tensor& x) { return pow(x, 0.5); }},
+      {"pow", {{"exponent", -1.0}}, Draw::AwayFromZero, [](const Tensor& x) { return pow(x, -1.0); }},
+      {"pow", {{"exponent", -2.5}}, Draw::Positive, [](const Tensor& x) { return pow(x, -2.5); }},
+      {"pow", {{"exponent", 0.0}}, Draw::Normal, [](const Tensor& x) { return pow(x, 0.0); }},
+      {"relu", {}, Draw::Normal, [](const Tensor& x) { return relu(x); }},
+      {"gelu", {}, Draw::Normal, [](const Tensor& x) { return gelu(x); }},
+      {"clamp", {{"min", -0.5}, {"max", 0.7}}, Draw::Normal, [](const Tensor& x) { return clamp(x, -0.5, 0.7); }},
+      {"clamp", {{"min", -0.5}}, Draw::Normal, [](const Tensor& x) { return clamp(x, -0.5); }},
+      {"clamp", {{"max", 0.7}}, Draw::Normal, [](const Tensor& x) { return clamp(x, std::nullopt, 0.7); }},
+  };
+  for (const Unary& u : unary) {
+    std::string name = u.op;
+    for (const auto& [key, value] : u.params.items()) name += "_" + key + "=" + value.dump();
+    add(name, u.op, u.params, {{{67, 37}, u.domain}}, one([f = u.f](auto& x) { return f(x[0]); }));
+    add(name + "_specials", u.op, u.params, {special({131})}, one([f = u.f](auto& x) { return f(x[0]); }));
+  }
+  // clamp's bounds themselves (PyTorch passes the gradient at x == min and x == max).
+  add("clamp_at_bounds", "clamp", {{"min", -0.5}, {"max", 1.0}}, {special({131})},
+      one([](auto& x) { return clamp(x[0], -0.5, 1.0); }));
+
+  // Comparisons (no gradient): the specials against each other, and against a scalar.
+  for (const std::string op : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+    add(op + "_specials", op, {}, {no_grad(special({131})), no_grad(special({131}, Draw::SpecialShifted))},
+        one([op](auto& x) { return compare(op, x[0], x[1]); }), false);
+  }
+  add("lt_scalar_specials", "lt_scalar", {{"value", 0.5}}, {no_grad(special({131}))},
+      one([](auto& x) { return x[0] < 0.5; }), false);
+
+  // Reductions.
+  const Shape r{5, 67, 9};
+  add("sum_all", "sum", {{"dims", json::array()}, {"keepdim", false}}, {normal(r)}, one([](auto& x) { return sum(x[0]); }));
+  add("sum_dim1", "sum", {{"dims", {1}}, {"keepdim", false}}, {normal(r)}, one([](auto& x) { return sum(x[0], {1}); }));
+  add("sum_dims02_keepdim", "sum", {{"dims", {0, 2}}, {"keepdim", true}}, {normal(r)},
+      one([](auto& x) { return sum(x[0], {0, 2}, true); }));
+  add("sum_dim_neg1", "sum", {{"dims", {-1}}, {"keepdim", false}}, {normal(r)}, one([](auto& x) { return sum(x[0], {-1}); }));
+  add("mean_all", "mean", {{"dims", json::array()}, {"keepdim", false}}, {normal(r)}, one([](auto& x) { return mean(x[0]); }));
+  add("mean_dims12_keepdim", "mean", {{"dims", {1, 2}}, {"keepdim", true}}, {normal(r)},
+      one([](auto& x) { return mean(x[0], {1, 2}, true); }));
+  add("sum_specials", "sum", {{"dims", {1}}, {"keepdim", false}}, {special({4, 33})}, one([](auto& x) { return sum(x[0], {1}); }));
+  add("sum_large", "sum", {{"dims", json::array()}, {"keepdim", false}}, {positive({100000})},
+      one([](auto& x) { return sum(x[0]); }));
+  add("mean_large_rows", "mean", {{"dims", {1}}, {"keepdim", false}}, {positive({3, 20000})},
+      one([](auto& x) { return mean(x[0], {1}); }));
+  add("argmax_all", "argmax", {{"dim", nullptr}, {"keepdim", false}}, {no_grad(normal(r))},
+      one([](auto& x) { return argmax(x[0]); }), false);
+  add("argmax_dim1_ties", "argmax", {{"dim", 1}, {"keepdim", false}}, {no_grad(ties(r))},
+      one([](auto& x) { return argmax(x[0], 1); }), false);
+  add("argmax_dim_neg1_keepdim_specials", "argmax", {{"dim", -1}, {"keepdim", true}}, {no_grad(special({4, 33}))},
+      one([](auto& x) { return argmax(x[0], -1, true); }), false);
+
+  // Shapes.
+  add("reshape", "reshape", {{"shape", {9, -1}}}, {normal(r)}, one([](auto& x) { return x[0].reshape({9, -1}); }));
+  add("transpose_0_2", "transpose", {{"dim0", 0}, {"dim1", 2}}, {normal(r)},
+      one([](auto& x) { return transpose(x[0], 0, 2); }));
+  add("transpose_neg", "transpose", {{"dim0", -1}, {"dim1", 1}}, {normal({2, 3, 4, 5})},
+      one([](auto& x) { return transpose(x[0], -1, 1); }));
+  // select takes dim 0 only (a view of contiguous rows); other dims raise an error naming the fix.
+  add("select_0_3", "select", {{"dim", 0}, {"index", 3}}, {normal(r)}, one([](auto& x) { return select(x[0], 0, 3); }));
+  add("select_0_neg", "select", {{"dim", 0}, {"index", -2}}, {normal(r)}, one([](auto& x) { return select(x[0], 0, -2); }));
+  add("cat_dim1", "cat", {{"dim", 1}}, {normal({2, 3, 5}), normal({2, 1, 5}), normal({2, 4, 5})},
+      one([](auto& x) { return cat({x[0], x[1], x[2]}, 1); }));
+  add("cat_dim_neg1", "cat", {{"dim", -1}}, {normal({3, 2}), normal({3, 7})}, one([](auto& x) { return cat({x[0], x[1]}, -1); }));
+
+  // Products.
+  add("matmul_2d", "matmul", {}, {normal({33, 47}), normal({47, 29})}, one([](auto& x) { return matmul(x[0], x[1]); }));
+  add("matmul_3d_2d", "matmul", {}, {normal({3, 17, 19}), normal({19, 23})}, one([](auto& x) { return matmul(x[0], x[1]); }));
+  add("matmul_3d_3d", "matmul", {}, {normal({3, 17, 19}), normal({3, 19, 23})}, one([](auto& x) { return matmul(x[0], x[1]); }));
+  add("matmul_long_k", "matmul", {}, {normal({8, 4096}), normal({4096, 8})}, one([](auto& x) { return matmul(x[0], x[1]); }));
+  add("linear_bias", "linear", {}, {normal({7, 33}), normal({29, 33}), normal({29})},
+      one([](auto& x) { return linear(x[0], x[1], x[2]); }));
+  add("linear_3d_no_bias", "linear", {}, {normal({2, 5, 33}), normal({29, 33})},
+      one([](auto& x) { return linear(x[0], x[1]); }));
+
+  // Convolutions: the small direct shapes, and ones that reach the packed, Winograd and implicit paths.
+  struct Conv {
+    std::string name;
+    Shape x, w;
+    bool bias;
+    int stride, padding;
+  };
+  const std::vector<Conv> convs = {
+      {"conv2d_3x3_p1_bias", {4, 3, 9, 11}, {5, 3, 3, 3}, true, 1, 1},
+      {"conv2d_3x3_p1_winograd", {8, 32, 16, 16}, {32, 32, 3, 3}, false, 1, 1},
+      {"conv2d_3x3_p1_7x7", {8, 64, 7, 7}, {64, 64, 3, 3}, false, 1, 1},
+      {"conv2d_3x3_p1_odd_channels", {3, 24, 15, 15}, {40, 24, 3, 3}, true, 1, 1},
+      {"conv2d_5x5_p2", {2, 6, 13, 13}, {7, 6, 5, 5}, true, 1, 2},
+      {"conv2d_1x1", {4, 16, 8, 8}, {24, 16, 1, 1}, false, 1, 0},
+      {"conv2d_3x3_s2_p1", {4, 8, 17, 17}, {12, 8, 3, 3}, true, 2, 1},
+      {"conv2d_2x2_stem", {4, 3, 32, 32}, {24, 3, 2, 2}, true, 1, 0},
+      {"conv2d_3x3_s2_p0", {2, 5, 10, 9}, {6, 5, 3, 3}, false, 2, 0},
+  };
+  for (const Conv& v : convs) {
+    std::vector<Input> in = {normal(v.x), normal(v.w)};
+    if (v.bias) in.push_back(normal({v.w[0]}));
+    add(v.name, "conv2d", {{"stride", v.stride}, {"padding", v.padding}}, in,
+        one([v](auto& x) { return conv2d(x[0], x[1], v.bias ? x[2] : Tensor(), v.stride, v.padding); }));
+  }
+
+  // Pools, with ties (which input gets max's gradient) and NaN.
+  struct Pool {
+    std::string name;
+    Input x;
+    int k, stride, padding;
+  };
+  const std::vector<Pool> pools = {
+      {"k2", normal({4, 3, 32, 32}), 2, 0, 0},      {"k2_odd", normal({2, 3, 15, 15}), 2, 0, 0},
+      {"k3_s2_p1", normal({2, 3, 9, 10}), 3, 2, 1}, {"k3_s1_p1", normal({2, 3, 8, 7}), 3, 1, 1},
+      {"k2_ties", ties({2, 3, 16, 16}), 2, 0, 0},   {"k3_s1_p1_ties", ties({2, 3, 8, 8}), 3, 1, 1},
+      {"k2_specials", special({2, 3, 8, 8}), 2, 0, 0},
+  };
+  for (const Pool& p : pools) {
+    const json params = {{"kernel_size", p.k}, {"stride", p.stride}, {"padding", p.padding}};
+    add("max_pool2d_" + p.name, "max_pool2d", params, {p.x},
+        one([p](auto& x) { return max_pool2d(x[0], p.k, p.stride, p.padding); }));
+    add("avg_pool2d_" + p.name, "avg_pool2d", params, {p.x},
+        one([p](auto& x) { return avg_pool2d(x[0], p.k, p.stride, p.padding); }));
+  }
+  add("global_avg_pool2d", "global_avg_pool2d", {}, {normal({4, 5, 7, 7})}, one([](auto& x) { return global_avg_pool2d(x[0]); }));
+  add("global_max_pool2d", "global_max_pool2d", {}, {normal({4, 5, 7, 7})}, one([](auto& x) { return global_max_pool2d(x[0]); }));
+  add("global_max_pool2d_ties", "global_max_pool2d", {}, {ties({4, 5, 3, 3})},
+      one([](auto& x) { return global_max_pool2d(x[0]); }));
+
+  // Batch norm: training (batch statistics, running statistics updated: outputs 1 and 2) and eval.
+  auto bn = [&add](const std::string& name, Shape x, bool training, bool affine, bool relu, double momentum, double eps) {
+    const int64_t ch = x[1];
+    std::vector<Input> in = {normal(x), fp32_state({ch}, Draw::Normal), fp32_state({ch}, Draw::Positive)};
+    if (affine) in.push_back(fp32_param({ch})), in.push_back(fp32_param({ch}));
+    const json params = {{"training", training}, {"momentum", momentum}, {"eps", eps}, {"relu", relu}};
+    add(name, "batch_norm", params, in, [=](const std::vector<Tensor>& t) {
+      BatchNormOptions o;
+      o.training = training, o.momentum = momentum, o.eps = eps;
+      const Tensor w = affine ? t[3] : Tensor(), b = affine ? t[4] : Tensor();
+      const Tensor y = relu ? batch_norm_relu(t[0], t[1], t[2], w, b, o) : batch_norm(t[0], t[1], t[2], w, b, o);
+      return std::vector<Tensor>{y, t[1], t[2]};
+    });
+  };
+  bn("batch_norm_train", {8, 5, 6, 7}, true, true, false, 0.1, 1e-5);
+  bn("batch_norm_train_relu", {8, 5, 6, 7}, true, true, true, 0.1, 1e-5);
+  bn("batch_norm_train_2d", {16, 7}, true, true, false, 0.3, 1e-3);
+  bn("batch_norm_train_no_affine", {4, 6, 5, 5}, true, false, false, 0.1, 1e-5);
+  bn("batch_norm_train_large", {32, 16, 16, 16}, true, true, true, 0.1, 1e-5);
+  bn("batch_norm_eval", {8, 5, 6, 7}, false, true, false, 0.1, 1e-5);
+  bn("batch_norm_eval_relu", {8, 5, 6, 7}, false, true, true, 0.1, 1e-5);
+
+  // Softmax family and the loss.
+  add("softmax", "softmax", {{"dim", -1}}, {normal({7, 67})}, one([](auto& x) { return softmax(x[0]); }));
+  add("softmax_3d", "softmax", {{"dim", 2}}, {normal({3, 4, 10})}, one([](auto& x) { return softmax(x[0], 2); }));
+  add("log_softmax", "log_softmax", {{"dim", -1}}, {normal({7, 67})}, one([](auto& x) { return log_softmax(x[0]); }));
+  add("softmax_specials", "softmax", {{"dim", -1}}, {special({4, 33})}, one([](auto& x) { return softmax(x[0]); }));
+  add("log_softmax_specials", "log_softmax", {{"dim", -1}}, {special({4, 33})}, one([](auto& x) { return log_softmax(x[0]); }));
+  add("softmax_large_logits", "softmax", {{"dim", -1}}, {normal({5, 40})},
+      one([](auto& x) { return softmax(x[0] * 1000.0); }));
+  for (double smoothing : {0.0, 0.1}) {
+    const std::string s = smoothing == 0.0 ? "" : "_smoothing";
+    add("cross_entropy" + s, "cross_entropy", {{"label_smoothing", smoothing}}, {normal({9, 13}), labels({9}, 13)},
+        one([smoothing](auto& x) { return cross_entropy(x[0], x[1], {smoothing}); }));
+    add("cross_entropy_wide" + s, "cross_entropy", {{"label_smoothing", smoothing}}, {normal({64, 1000}), labels({64}, 1000)},
+        one([smoothing](auto& x) { return cross_entropy(x[0], x[1], {smoothing}); }));
+  }
+  add("cross_entropy_confident", "cross_entropy", {{"label_smoothing", 0.0}}, {normal({9, 13}), labels({9}, 13)},
+      one([](auto& x) { return cross_entropy(x[0] * 100.0, x[1]); }));
+  return c;
+}
+
+// The cases run on fp32 inputs under autocast: the output's dtype follows demi's policy, to be held
+// against torch.autocast("cpu", dtype=...).
+std::vector<Case> autocast_cases() {
+  std::vector<Case> all = dtype_cases(), keep;
+  const std::vector<std::string> ops = {"add", "mul", "exp", "log", "sqrt", "pow", "relu", "gelu", "sum", "mean",
+                                        "matmul", "linear", "conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d",
+                                        "batch_norm", "softmax", "log_softmax", "cross_entropy"};
+  for (Case& c : all) {
+    if (c.name.find("specials") != std::string::npos) continue;
+    if (std::find(ops.begin(), ops.end(), c.op) != ops.end()) keep.push_back(std::move(c));
+  }
+  return keep;
+}
+
+int run(const std::string& path) {
+  StateDict out;
+  json manifest = json::array();
+  int failures = 0;
+  struct Mode {
+    std::string name;  // fp32, bf16, fp16, autocast_bf16, autocast_fp16
+    DType inputs;
+    bool autocast;
+    DType autocast_dtype;
+  };
+  const std::vector<Mode> modes = {{"fp32", DType::F32, false, DType::F32},
+                                   {"bf16", DType::BF16, false, DType::F32},
+                                   {"fp16", DType::F16, false, DType::F32},
+                                   {"autocast_bf16", DType::F32, true, DType::BF16},
+                                   {"autocast_fp16", DType::F32, true, DType::F16}};
+  for (const Mode& mode : modes) {
+    const std::vector<Case> cases = mode.autocast ? autocast_cases() : dtype_cases();
+    uint64_t seed = 1;
+    for (const Case& c : cases) {
+      const std::string key = mode.name + "/" + c.name;
+      Generator gen(seed++);
+      std::vector<Tensor> in;
+      json entry = {{"key", key}, {"op", c.op}, {"params", c.params}, {"mode", mode.name}};
+      json inputs = json::array();
+      for (size_t i = 0; i < c.inputs.size(); ++i) {
+        Tensor t = draw(c.inputs[i], mode.inputs, gen);
+        out.emplace(key + "/in" + std::to_string(i), t.clone());
+        const bool grad = c.backward && c.inputs[i].grad;
+        if (grad) t.requires_grad_();
+        in.push_back(t);
+        inputs.push_back({{"grad", grad}});
+      }
+      entry["inputs"] = inputs;
+      try {
+        std::vector<Tensor> y;
+        {
+          std::optional<amp::AutocastGuard> guard;
+          if (mode.autocast) guard.emplace(Device::Kind::CPU, mode.autocast_dtype);
+          y = c.fn(in);
+        }
+        for (size_t i = 0; i < y.size(); ++i) out.emplace(key + "/out" + std::to_string(i), y[i].detach().clone());
+        entry["outputs"] = y.size();
+        if (c.backward) {
+          const Tensor gy = randn(y[0].shape(), gen).to(y[0].dtype());
+          out.emplace(key + "/gy", gy);
+          y[0].backward(gy);
+          for (size_t i = 0; i < in.size(); ++i) {
+            if (!inputs[i]["grad"]) continue;
+            const Tensor g = in[i].grad();
+            if (g.defined()) out.emplace(key + "/grad" + std::to_string(i), g);
+            else inputs[i]["grad_missing"] = true;
+          }
+          entry["inputs"] = inputs;
+        }
+      } catch (const std::exception& e) {  // an error is a result too: compare.py reports it
+        entry["error"] = e.what();
+        ++failures;
+      }
+      manifest.push_back(entry);
+    }
+  }
+  save_safetensors(path, out, {{"cases", manifest.dump()}});
+  std::printf("crosscheck_ops: %zu cases (%d raised an error) -> %s\n", manifest.size(), failures, path.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace demi
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: crosscheck_ops OUT.safetensors\n");
+    return 2;
+  }
+  try {
+    return demi::run(argv[1]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "crosscheck_ops: %s\n", e.what());
+    return 1;
+  }
+}
