@@ -68,7 +68,9 @@ std::unique_ptr<optim::LRScheduler> make_flag_schedule(ScheduleKind kind, optim:
   const int64_t total = steps.total;
   switch (kind) {
     case ScheduleKind::OneCycle:
-      return std::make_unique<optim::OneCycle>(opt, total);
+      // The lr only: the recipe's momentum stays the optimizer's (--momentum), as in every run
+      // docs/BENCHMARKS.md records (PyTorch's OneCycleLR would cycle it between 0.85 and 0.95).
+      return std::make_unique<optim::OneCycle>(opt, total, 0.3, 25.0, 1e4, optim::OneCycle::Momentum{false});
     case ScheduleKind::Cosine:
       return std::make_unique<optim::CosineWithWarmup>(opt, std::min<int64_t>(steps.per_epoch, total / 10), total);
     case ScheduleKind::Linear: {

@@ -33,6 +33,10 @@ class AdamW : public Optimizer {
   void step() override;
   double lr(size_t group) const override { return options_.at(group).lr; }
   void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
+  // beta1, as PyTorch's OneCycleLR cycles betas[0].
+  bool has_momentum() const override { return true; }
+  double momentum(size_t group) const override { return options_.at(group).beta1; }
+  void set_momentum(size_t group, double momentum) override { options_.at(group).beta1 = momentum; }
 
   std::vector<Options>& group_options() { return options_; }
 

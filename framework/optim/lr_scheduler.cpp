@@ -25,6 +25,7 @@ void LRScheduler::apply() {
   for (size_t g = 0; g < base_lrs_.size(); ++g) {
     optimizer_.set_lr(g, base_lrs_[g] * (group_factors_[g] ? group_factors_[g](iteration_) : f));
   }
+  apply_more(iteration_);
 }
 
 void LRScheduler::set_group_factor(size_t group, std::function<double(int64_t)> factor) {
@@ -68,21 +69,34 @@ double CosineWithWarmup::factor(int64_t it) const {
   return cosine(1.0, min_factor_, progress);
 }
 
-OneCycle::OneCycle(Optimizer& optimizer, int64_t total, double pct_start, double div_factor, double final_div_factor)
+OneCycle::OneCycle(Optimizer& optimizer, int64_t total, double pct_start, double div_factor, double final_div_factor,
+                   Momentum momentum)
     : LRScheduler(optimizer), total_(total), pct_start_(pct_start), div_factor_(div_factor),
-      final_div_factor_(final_div_factor) {
+      final_div_factor_(final_div_factor), momentum_(momentum) {
   DEMI_CHECK(total > 1 && pct_start > 0.0 && pct_start < 1.0, "OneCycle: need total_iterations > 1 and pct_start in "
              "(0, 1), got ", total, " and ", pct_start);
+  DEMI_CHECK(!momentum.cycle || optimizer.has_momentum(), "OneCycle: the optimizer has no momentum (nor beta1) to "
+             "cycle; pass OneCycle::Momentum{false} (PyTorch's cycle_momentum=False)");
   apply();
 }
-double OneCycle::factor(int64_t it) const {
+std::pair<bool, double> OneCycle::phase(int64_t it) const {
   // PyTorch's phase ends: iteration pct_start * total - 1 peaks, total - 1 ends.
   const double peak = pct_start_ * static_cast<double>(total_) - 1.0;
   const double end = static_cast<double>(total_) - 1.0;
-  const double start = 1.0 / div_factor_, last = start / final_div_factor_;
   const double t = std::min(static_cast<double>(it), end);
-  if (t <= peak) return cosine(start, 1.0, t / peak);
-  return cosine(1.0, last, (t - peak) / (end - peak));
+  if (t <= peak) return {true, t / peak};
+  return {false, (t - peak) / (end - peak)};
+}
+double OneCycle::factor(int64_t it) const {
+  const double start = 1.0 / div_factor_, last = start / final_div_factor_;
+  const auto [rising, progress] = phase(it);
+  return rising ? cosine(start, 1.0, progress) : cosine(1.0, last, progress);
+}
+void OneCycle::apply_more(int64_t it) {
+  if (!momentum_.cycle) return;
+  const auto [rising, progress] = phase(it);
+  const double m = rising ? cosine(momentum_.max, momentum_.base, progress) : cosine(momentum_.base, momentum_.max, progress);
+  for (size_t g = 0; g < optimizer_.num_groups(); ++g) optimizer_.set_momentum(g, m);
 }
 
 PiecewiseLinear::PiecewiseLinear(Optimizer& optimizer, std::vector<Point> points)

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "framework/optim/optimizer.h"
@@ -34,10 +35,12 @@ class LRScheduler {
  protected:
   // The multiplier of the base lr at `iteration` (0-based).
   virtual double factor(int64_t iteration) const = 0;
+  // Anything else the schedule sets at `iteration` (OneCycle's momentum); called after the lrs.
+  virtual void apply_more(int64_t iteration) {}
   void apply();  // subclasses call it at the end of their constructor
+  Optimizer& optimizer_;
 
  private:
-  Optimizer& optimizer_;
   std::vector<double> base_lrs_;
   std::vector<std::function<double(int64_t)>> group_factors_;  // per group; empty: the schedule's
   int64_t iteration_ = 0;
@@ -85,18 +88,31 @@ class CosineWithWarmup : public LRScheduler {
 
 // torch.optim.lr_scheduler.OneCycleLR (cosine annealing): the optimizer's lr is max_lr; it starts
 // at max_lr / div_factor, rises over pct_start of total_iterations, then falls to
-// max_lr / (div_factor * final_div_factor).
+// max_lr / (div_factor * final_div_factor). With cycle_momentum (PyTorch's default) the momentum
+// (AdamW: beta1) moves the other way, from max_momentum down to base_momentum at the peak and back:
+// it replaces the optimizer's own, even a momentum of 0, as in PyTorch. An optimizer without
+// momentum needs cycle_momentum = false.
+struct OneCycleMomentum {
+  bool cycle = true;  // PyTorch's cycle_momentum
+  double base = 0.85;
+  double max = 0.95;
+};
 class OneCycle : public LRScheduler {
  public:
+  using Momentum = OneCycleMomentum;
   OneCycle(Optimizer& optimizer, int64_t total_iterations, double pct_start = 0.3, double div_factor = 25.0,
-           double final_div_factor = 1e4);
+           double final_div_factor = 1e4, Momentum momentum = {});
 
  protected:
   double factor(int64_t iteration) const override;
+  void apply_more(int64_t iteration) override;
 
  private:
+  // The phase of `iteration` (true: rising) and how far along it is, in [0, 1].
+  std::pair<bool, double> phase(int64_t iteration) const;
   int64_t total_;
   double pct_start_, div_factor_, final_div_factor_;
+  Momentum momentum_;
 };
 
 // Linear interpolation between (iteration, factor) points, held flat beyond the last (numpy.interp,

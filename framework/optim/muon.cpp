@@ -63,6 +63,14 @@ void Muon::set_lr(size_t g, double lr) {
   std::visit([lr](auto& o) { o.lr = lr; }, groups_.at(g));
 }
 
+double Muon::momentum(size_t g) const {
+  return std::visit([](const auto& o) { return o.momentum; }, groups_.at(g));
+}
+
+void Muon::set_momentum(size_t g, double momentum) {
+  std::visit([momentum](auto& o) { o.momentum = momentum; }, groups_.at(g));
+}
+
 void Muon::step() {
   NoGradGuard no_grad;
   for_each_gradient([&](size_t g, size_t i, const Slot& slot, const Tensor& grad) {

@@ -53,6 +53,9 @@ class Muon : public Optimizer {
   void step() override;
   double lr(size_t group) const override;
   void set_lr(size_t group, double lr) override;
+  bool has_momentum() const override { return true; }
+  double momentum(size_t group) const override;
+  void set_momentum(size_t group, double momentum) override;
 
   // Whether group g takes Muon updates (else SGD ones).
   bool is_muon_group(size_t g) const { return std::holds_alternative<Options>(groups_.at(g)); }

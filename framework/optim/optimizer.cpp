@@ -28,6 +28,13 @@ size_t Optimizer::add_params(const std::vector<Tensor>& params, MasterWeights po
   return slots_.size() - 1;
 }
 
+double Optimizer::momentum(size_t) const {
+  DEMI_THROW("this optimizer has no momentum (nor AdamW's beta1) for a schedule to cycle");
+}
+void Optimizer::set_momentum(size_t, double) {
+  DEMI_THROW("this optimizer has no momentum (nor AdamW's beta1) for a schedule to cycle");
+}
+
 void Optimizer::zero_grad() {
   for (const auto& group : slots_) {
     for (const Slot& s : group) s.param.set_grad(Tensor());

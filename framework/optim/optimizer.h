@@ -40,6 +40,11 @@ class Optimizer {
   size_t num_groups() const { return slots_.size(); }
   virtual double lr(size_t group) const = 0;
   virtual void set_lr(size_t group, double lr) = 0;
+  // The momentum a schedule may cycle (OneCycle): PyTorch's group["momentum"] (SGD, Muon), or
+  // betas[0] for AdamW. Optimizers without one answer false and refuse set_momentum.
+  virtual bool has_momentum() const { return false; }
+  virtual double momentum(size_t group) const;
+  virtual void set_momentum(size_t group, double momentum);
   // The fp32 master of a half parameter (undefined when it has none).
   Tensor master_of(const Tensor& param) const;
 

@@ -26,6 +26,9 @@ class SGD : public Optimizer {
   void step() override;
   double lr(size_t group) const override { return options_.at(group).lr; }
   void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
+  bool has_momentum() const override { return true; }
+  double momentum(size_t group) const override { return options_.at(group).momentum; }
+  void set_momentum(size_t group, double momentum) override { options_.at(group).momentum = momentum; }
 
   // Each group's options (change lr here, as with PyTorch's param_groups).
   std::vector<Options>& group_options() { return options_; }

@@ -87,6 +87,36 @@ TEST(LRScheduler, OneCycleMatchesTorchOneCycleLR) {
   EXPECT_NEAR(opt.lr(0), 4e-6, 1e-12);
 }
 
+TEST(LRScheduler, OneCycleCyclesMomentumAsTorchOneCycleLR) {
+  // torch.optim.SGD([w], lr=0.1, momentum=0.9 or 0) with OneCycleLR(opt, max_lr=0.1, total_steps=10)
+  // (PyTorch 2.15): group["momentum"] per step, whatever the optimizer's own momentum was.
+  const std::vector<double> want = {0.95,       0.9,        0.85,       0.85495156, 0.86882551,
+                                    0.88887395, 0.91112605, 0.93117449, 0.94504844, 0.95};
+  for (double own : {0.9, 0.0}) {
+    Tensor w = ones({1}).requires_grad_();
+    optim::SGD::Options o;
+    o.lr = 0.1, o.momentum = own;
+    optim::SGD opt({w}, o);
+    optim::OneCycle sched(opt, 10);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(opt.momentum(0), want[i], 1e-8) << "step " << i << ", own momentum " << own;
+      sched.step();
+    }
+  }
+  // AdamW's beta1 follows the same cycle (PyTorch: betas[0] = 0.95 at the start).
+  Tensor w = ones({1}).requires_grad_();
+  optim::AdamW adam({w}, 0.1);
+  optim::OneCycle sched(adam, 10);
+  EXPECT_DOUBLE_EQ(adam.momentum(0), 0.95);
+  // cycle_momentum=False leaves it alone.
+  optim::SGD::Options o;
+  o.lr = 0.1, o.momentum = 0.9;
+  optim::SGD fixed({w}, o);
+  optim::OneCycle lr_only(fixed, 10, 0.3, 25.0, 1e4, optim::OneCycle::Momentum{false});
+  for (int i = 0; i < 5; ++i) lr_only.step();
+  EXPECT_DOUBLE_EQ(fixed.momentum(0), 0.9);
+}
+
 TEST(LRScheduler, SkippedStepsAreCountedAndTheScheduleKeepsItsPace) {
   std::vector<std::string> warnings;
   const WarningHandler previous = set_warning_handler([&](const std::string& m) { warnings.push_back(m); });
