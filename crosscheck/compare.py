@@ -76,6 +76,37 @@ def batch_norm(x, p):
     return [F.relu(y) if p["relu"] else y, x[1], x[2]]
 
 
+def trajectory(x, p, make):
+    """The parameter after each step, the gradients given (crosscheck_ops.cpp's trajectory)."""
+    w = torch.nn.Parameter(x[0].clone())
+    opt = make([w])
+    schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=p["lr"], total_steps=len(x) - 1) if p["one_cycle"] else None
+    out = []
+    for g in x[1:]:
+        w.grad = g.clone()
+        opt.step()
+        if schedule:
+            schedule.step()
+        out.append(w.detach().clone())
+    return out
+
+
+def sgd(x, p):
+    return trajectory(x, p, lambda w: torch.optim.SGD(w, lr=p["lr"], momentum=p["momentum"], dampening=p["dampening"],
+                                                      weight_decay=p["weight_decay"], nesterov=p["nesterov"]))
+
+
+def adamw(x, p):
+    return trajectory(x, p, lambda w: torch.optim.AdamW(w, lr=p["lr"], weight_decay=p["weight_decay"]))
+
+
+def clip_grad_norm(x, p):
+    a, b = torch.nn.Parameter(torch.zeros_like(x[0])), torch.nn.Parameter(torch.zeros_like(x[1]))
+    a.grad, b.grad = x[0].clone(), x[1].clone()
+    norm = torch.nn.utils.clip_grad_norm_([a, b], p["max_norm"])
+    return [norm, a.grad, b.grad]
+
+
 def global_max_pool2d(x):
     return F.max_pool2d(x, kernel_size=x.shape[-2:])  # nn.AdaptiveMaxPool2d(1)'s choice of index
 
@@ -123,6 +154,9 @@ OPS = {
     "softmax": lambda x, p: [F.softmax(x[0], dim=p["dim"])],
     "log_softmax": lambda x, p: [F.log_softmax(x[0], dim=p["dim"])],
     "cross_entropy": lambda x, p: [F.cross_entropy(x[0], x[1], label_smoothing=p["label_smoothing"])],
+    "sgd": sgd,
+    "adamw": adamw,
+    "clip_grad_norm": clip_grad_norm,
 }
 # Cases whose inputs are scaled before the op (crosscheck_ops.cpp does the same).
 PRE_SCALE = {"softmax_large_logits": 1000.0, "cross_entropy_confident": 100.0}

@@ -1,6 +1,7 @@
 // crosscheck_ops: runs the ops of demi's functional API on seeded inputs (fp32, bf16, fp16, and fp32
 // under bf16 / fp16 autocast), forward and backward, and writes the inputs, the upstream gradient,
-// the outputs and the input gradients to one safetensors file whose metadata lists the cases.
+// the outputs and the input gradients to one safetensors file (and, in mode "optim", the
+// trajectories of SGD and AdamW, with and without OneCycle, and global-norm clipping) whose metadata lists the cases.
 // crosscheck/compare.py runs the same cases in PyTorch (in the same dtype, and in float64 as the
 // reference) and reports where demi computes something else, or less accurately.
 // scripts/crosscheck-pytorch builds and runs both.
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -320,6 +322,77 @@ std::vector<Case> dtype_cases() {
   return c;
 }
 
+// Optimizers and schedules (fp32 only): a parameter stepped kSteps times on given gradients; the
+// outputs are the parameter after each step. Inputs: the parameter, then one gradient per step.
+constexpr int kSteps = 6;
+
+std::vector<Tensor> trajectory(const std::vector<Tensor>& in, const std::function<std::unique_ptr<optim::Optimizer>(Tensor&)>& make,
+                               bool one_cycle = false) {
+  Tensor p = in[0].clone().requires_grad_();
+  std::unique_ptr<optim::Optimizer> opt = make(p);
+  std::unique_ptr<optim::OneCycle> schedule = one_cycle ? std::make_unique<optim::OneCycle>(*opt, kSteps) : nullptr;
+  std::vector<Tensor> out;
+  for (int s = 0; s < kSteps; ++s) {
+    p.set_grad(in[1 + s].clone());
+    opt->step();
+    if (schedule) schedule->step();
+    out.push_back(p.detach().clone());
+  }
+  return out;
+}
+
+std::vector<Case> optim_cases() {
+  std::vector<Case> c;
+  std::vector<Input> in = {no_grad(normal({37}))};
+  for (int s = 0; s < kSteps; ++s) in.push_back(no_grad(normal({37})));
+  struct Sgd {
+    std::string name;
+    double momentum, dampening, weight_decay;
+    bool nesterov, one_cycle;
+  };
+  for (const Sgd& v : std::vector<Sgd>{{"sgd_plain", 0, 0, 0, false, false},
+                                       {"sgd_momentum", 0.9, 0, 0, false, false},
+                                       {"sgd_momentum_dampening_decay", 0.9, 0.1, 5e-4, false, false},
+                                       {"sgd_nesterov_decay", 0.9, 0, 5e-4, true, false},
+                                       {"sgd_nesterov_one_cycle", 0.9, 0, 5e-4, true, true}}) {
+    const json params = {{"lr", 0.1}, {"momentum", v.momentum}, {"dampening", v.dampening},
+                         {"weight_decay", v.weight_decay}, {"nesterov", v.nesterov}, {"one_cycle", v.one_cycle}};
+    c.push_back({v.name, "sgd", params, in, [v](const std::vector<Tensor>& t) {
+                   return trajectory(t, [v](Tensor& p) {
+                     optim::SGD::Options o;
+                     o.lr = 0.1, o.momentum = v.momentum, o.dampening = v.dampening, o.weight_decay = v.weight_decay;
+                     o.nesterov = v.nesterov;
+                     return std::make_unique<optim::SGD>(std::vector<Tensor>{p}, o);
+                   }, v.one_cycle);
+                 }, false});
+  }
+  for (const double decay : {0.0, 1e-2}) {
+    const json params = {{"lr", 1e-2}, {"weight_decay", decay}, {"one_cycle", false}};
+    c.push_back({decay == 0.0 ? "adamw_no_decay" : "adamw", "adamw", params, in, [decay](const std::vector<Tensor>& t) {
+                   return trajectory(t, [decay](Tensor& p) {
+                     optim::AdamW::Options o;
+                     o.lr = 1e-2, o.weight_decay = decay;
+                     return std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, o);
+                   });
+                 }, false});
+  }
+  c.push_back({"adamw_one_cycle", "adamw", {{"lr", 1e-2}, {"weight_decay", 1e-2}, {"one_cycle", true}}, in,
+               [](const std::vector<Tensor>& t) {
+                 return trajectory(t, [](Tensor& p) { return std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, 1e-2); }, true);
+               }, false});
+  // Clipping by the global norm over two gradients: the norm, then the clipped gradients.
+  for (const double max_norm : {1.0, 100.0}) {
+    c.push_back({max_norm == 1.0 ? "clip_grad_norm" : "clip_grad_norm_no_clip", "clip_grad_norm", {{"max_norm", max_norm}},
+                 {no_grad(normal({37})), no_grad(normal({5, 7}))}, [max_norm](const std::vector<Tensor>& t) {
+                   Tensor a = zeros({37}).requires_grad_(), b = zeros({5, 7}).requires_grad_();
+                   a.set_grad(t[0].clone()), b.set_grad(t[1].clone());
+                   const Tensor norm = nn::clip_grad_norm_({a, b}, max_norm);
+                   return std::vector<Tensor>{norm, a.grad(), b.grad()};
+                 }, false});
+  }
+  return c;
+}
+
 // The cases run on fp32 inputs under autocast: the output's dtype follows demi's policy, to be held
 // against torch.autocast("cpu", dtype=...).
 std::vector<Case> autocast_cases() {
@@ -344,13 +417,14 @@ int run(const std::string& path) {
     bool autocast;
     DType autocast_dtype;
   };
-  const std::vector<Mode> modes = {{"fp32", DType::F32, false, DType::F32},
+  const std::vector<Mode> modes = {{"optim", DType::F32, false, DType::F32},
+                                   {"fp32", DType::F32, false, DType::F32},
                                    {"bf16", DType::BF16, false, DType::F32},
                                    {"fp16", DType::F16, false, DType::F32},
                                    {"autocast_bf16", DType::F32, true, DType::BF16},
                                    {"autocast_fp16", DType::F32, true, DType::F16}};
   for (const Mode& mode : modes) {
-    const std::vector<Case> cases = mode.autocast ? autocast_cases() : dtype_cases();
+    const std::vector<Case> cases = mode.name == "optim" ? optim_cases() : mode.autocast ? autocast_cases() : dtype_cases();
     uint64_t seed = 1;
     for (const Case& c : cases) {
       const std::string key = mode.name + "/" + c.name;
