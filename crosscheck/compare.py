@@ -108,6 +108,23 @@ def clip_grad_norm(x, p):
     return [norm, a.grad, b.grad]
 
 
+def grad_scaler(x, p):
+    """crosscheck_ops.cpp's grad_scaler_fp16: w after each step, then the scale after each."""
+    w = torch.nn.Parameter(x[0].clone())
+    opt = torch.optim.SGD([w], lr=p["lr"])
+    scaler = torch.amp.GradScaler("cpu", growth_interval=p["growth_interval"])
+    ws, scales = [], []
+    for xk, m in zip(x[1:], p["mults"]):
+        opt.zero_grad()
+        loss = (w.half() * xk.half()).sum().float() * m
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        ws.append(w.detach().clone())
+        scales.append(torch.tensor(scaler.get_scale(), dtype=torch.float32))
+    return ws + scales
+
+
 def global_max_pool2d(x):
     return F.max_pool2d(x, kernel_size=x.shape[-2:])  # nn.AdaptiveMaxPool2d(1)'s choice of index
 
@@ -158,6 +175,7 @@ OPS = {
     "sgd": sgd,
     "adamw": adamw,
     "clip_grad_norm": clip_grad_norm,
+    "grad_scaler": grad_scaler,
 }
 # Cases whose inputs are scaled before the op (crosscheck_ops.cpp does the same).
 PRE_SCALE = {"softmax_large_logits": 1000.0, "cross_entropy_confident": 100.0}

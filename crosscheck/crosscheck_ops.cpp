@@ -401,6 +401,32 @@ std::vector<Case> optim_cases() {
                    return std::vector<Tensor>{norm, a.grad(), b.grad()};
                  }, false});
   }
+  // GradScaler over eight fp16 steps: loss = sum(w16 * x16) * m_k in fp32; m_k = 1 and 2 make
+  // the scaled gradient overflow fp16, so those steps are skipped and the scale backs off; three
+  // clean steps in a row grow it again. Outputs: w after each step, then the scale after each.
+  const std::vector<double> mults = {1e-3, 1.0, 1e-3, 1e-3, 1e-3, 2.0, 1e-3, 1e-3};
+  std::vector<Input> amp_in = {no_grad(normal({5}))};
+  for (size_t s = 0; s < mults.size(); ++s) amp_in.push_back(no_grad(normal({5})));
+  c.push_back({"grad_scaler_fp16", "grad_scaler", {{"mults", mults}, {"growth_interval", 3}, {"lr", 0.1}}, amp_in,
+               [mults](const std::vector<Tensor>& t) {
+                 Tensor w = t[0].clone().requires_grad_();
+                 optim::SGD opt({w}, 0.1);
+                 amp::GradScaler::Options so;
+                 so.growth_interval = 3;
+                 amp::GradScaler scaler(so);
+                 std::vector<Tensor> ws, scales;
+                 for (size_t s = 0; s < mults.size(); ++s) {
+                   opt.zero_grad();
+                   const Tensor loss = sum(w.to(DType::F16) * t[1 + s].to(DType::F16)).to(DType::F32) * mults[s];
+                   scaler.scale(loss).backward();
+                   scaler.step(opt);
+                   scaler.update();
+                   ws.push_back(w.detach().clone());
+                   scales.push_back(full({}, scaler.get_scale()));
+                 }
+                 ws.insert(ws.end(), scales.begin(), scales.end());
+                 return ws;
+               }, false});
   return c;
 }
 
