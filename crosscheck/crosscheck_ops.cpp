@@ -6,7 +6,9 @@
 // reference) and reports where demi computes something else, or less accurately.
 // scripts/crosscheck-pytorch builds and runs both.
 //
-// Usage: crosscheck_ops OUT.safetensors
+// Usage: crosscheck_ops [--device cpu|cuda] OUT.safetensors
+// On cuda the inputs are drawn on the CPU (the same bits) and moved; compare.py's PyTorch runs on
+// the CPU either way, so a CUDA run holds demi's CUDA kernels against PyTorch's CPU ones.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +27,8 @@ namespace {
 
 using json = nlohmann::json;
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+Device g_device = Device::cpu();  // where the ops run (--device)
 
 // How an input's values are drawn: in fp32, then rounded to the case's dtype, so that both
 // frameworks see the same values.
@@ -54,7 +58,7 @@ const std::vector<float> kSpecials = {
     88.8f, -88.8f, -104.0f,  65504.0f,  7e4f,   -7e4f,  0.5f,    -0.5f,  1.0f,  -1.0f,  3e38f,  2.0f,   -3.0f,
     1e-3f, -1e-3f, 11.1f,    -11.1f,    100.0f, -100.0f};
 
-Tensor draw(const Input& in, DType dtype, Generator& gen) {
+Tensor draw_on_cpu(const Input& in, DType dtype, Generator& gen) {
   const DType t = in.fp32 ? DType::F32 : dtype;
   const int64_t n = shape_numel(in.shape);
   switch (in.draw) {
@@ -86,6 +90,8 @@ Tensor draw(const Input& in, DType dtype, Generator& gen) {
   }
   return Tensor();
 }
+
+Tensor draw(const Input& in, DType dtype, Generator& gen) { return draw_on_cpu(in, dtype, gen).to(g_device); }
 
 Input normal(Shape s) { return {std::move(s)}; }
 Input positive(Shape s) { return {std::move(s), Draw::Positive}; }
@@ -395,7 +401,7 @@ std::vector<Case> optim_cases() {
     const double max_norm = v.max_norm;
     c.push_back({v.name, "clip_grad_norm", {{"max_norm", max_norm}},
                  {v.first, no_grad(normal({5, 7}))}, [max_norm](const std::vector<Tensor>& t) {
-                   Tensor a = zeros({37}).requires_grad_(), b = zeros({5, 7}).requires_grad_();
+                   Tensor a = zeros_like(t[0]).requires_grad_(), b = zeros_like(t[1]).requires_grad_();
                    a.set_grad(t[0].clone()), b.set_grad(t[1].clone());
                    const Tensor norm = nn::clip_grad_norm_({a, b}, max_norm);
                    return std::vector<Tensor>{norm, a.grad(), b.grad()};
@@ -489,13 +495,13 @@ int run(const std::string& path) {
         std::vector<Tensor> y;
         {
           std::optional<amp::AutocastGuard> guard;
-          if (mode.autocast) guard.emplace(Device::Kind::CPU, mode.autocast_dtype);
+          if (mode.autocast) guard.emplace(g_device.kind(), mode.autocast_dtype);
           y = c.fn(in);
         }
         for (size_t i = 0; i < y.size(); ++i) out.emplace(key + "/out" + std::to_string(i), y[i].detach().clone());
         entry["outputs"] = y.size();
         if (c.backward) {
-          const Tensor gy = randn(y[0].shape(), gen).to(y[0].dtype());
+          const Tensor gy = randn(y[0].shape(), gen).to(y[0].dtype()).to(g_device);
           out.emplace(key + "/gy", gy);
           y[0].backward(gy);
           for (size_t i = 0; i < in.size(); ++i) {
@@ -514,7 +520,8 @@ int run(const std::string& path) {
     }
   }
   save_safetensors(path, out, {{"cases", manifest.dump()}});
-  std::printf("crosscheck_ops: %zu cases (%d raised an error) -> %s\n", manifest.size(), failures, path.c_str());
+  std::printf("crosscheck_ops: %zu cases on %s (%d raised an error) -> %s\n", manifest.size(),
+              g_device.is_cpu() ? "the CPU" : "CUDA", failures, path.c_str());
   return 0;
 }
 
@@ -522,12 +529,14 @@ int run(const std::string& path) {
 }  // namespace demi
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: crosscheck_ops OUT.safetensors\n");
+  const std::string device = argc == 4 && std::string(argv[1]) == "--device" ? argv[2] : "cpu";
+  if (!(argc == 2 || (argc == 4 && std::string(argv[1]) == "--device" && (device == "cpu" || device == "cuda")))) {
+    std::fprintf(stderr, "usage: crosscheck_ops [--device cpu|cuda] OUT.safetensors\n");
     return 2;
   }
   try {
-    return demi::run(argv[1]);
+    if (device == "cuda") demi::g_device = demi::Device::cuda();
+    return demi::run(argv[argc - 1]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "crosscheck_ops: %s\n", e.what());
     return 1;
