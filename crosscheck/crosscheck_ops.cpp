@@ -388,6 +388,19 @@ std::vector<Case> optim_cases() {
                [](const std::vector<Tensor>& t) {
                  return trajectory(t, [](Tensor& p) { return std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, 1e-2); }, true);
                }, false});
+  // Muon on a matrix (torch.optim.Muon's defaults, Nesterov, decoupled decay): 2-D, wide and tall.
+  for (const Shape& shape : {Shape{12, 20}, Shape{20, 12}}) {
+    std::vector<Input> mat = {no_grad(normal(shape))};
+    for (int s = 0; s < kSteps; ++s) mat.push_back(no_grad(normal(shape)));
+    c.push_back({"muon_" + std::to_string(shape[0]) + "x" + std::to_string(shape[1]), "muon", {{"lr", 2e-2}, {"one_cycle", false}},
+                 mat, [](const std::vector<Tensor>& t) {
+                   return trajectory(t, [](Tensor& p) {
+                     optim::Muon::Options o;
+                     o.lr = 2e-2;
+                     return std::make_unique<optim::Muon>(std::vector<Tensor>{p}, o);
+                   });
+                 }, false});
+  }
   // Clipping by the global norm over two gradients: the norm, then the clipped gradients; the last
   // with inf and NaN among them (an intended difference: demi leaves them, docs/pytorch.md).
   struct Clip {
