@@ -476,7 +476,7 @@ int run(const std::string& path) {
   json manifest = json::array();
   int failures = 0;
   struct Mode {
-    std::string name;  // fp32, bf16, fp16, autocast_bf16, autocast_fp16
+    std::string name;  // fp32, bf16, fp16, autocast_bf16, autocast_fp16, ..._half_inputs
     DType inputs;
     bool autocast;
     DType autocast_dtype;
@@ -486,7 +486,11 @@ int run(const std::string& path) {
                                    {"bf16", DType::BF16, false, DType::F32},
                                    {"fp16", DType::F16, false, DType::F32},
                                    {"autocast_bf16", DType::F32, true, DType::BF16},
-                                   {"autocast_fp16", DType::F32, true, DType::F16}};
+                                   {"autocast_fp16", DType::F32, true, DType::F16},
+                                   // half inputs inside an autocast region (a half activation
+                                   // reaching softmax or a sum): demi's policy is PyTorch's CUDA one
+                                   {"autocast_bf16_half_inputs", DType::BF16, true, DType::BF16},
+                                   {"autocast_fp16_half_inputs", DType::F16, true, DType::F16}};
   for (const Mode& mode : modes) {
     const std::vector<Case> cases = mode.name == "optim" ? optim_cases() : mode.autocast ? autocast_cases() : dtype_cases();
     for (const Case& c : cases) {
