@@ -16,9 +16,9 @@ reference), and compares demi's outputs and input gradients with both:
   raised         one side raised an error and the other did not
 
 Errors are relative per element, against float64, with a floor of 1e-3 of the tensor's largest
-magnitude so that values near zero do not dominate. Prints the rows that are not ok, but for the
-signs of zero gradients (all with --all), and a count per verdict; exits 1 when any case differs,
-raised or mismatched.
+magnitude so that values near zero do not dominate. Prints the rows that are not ok, but for
+intended differences and the signs of zero gradients (all with --all), and a count per verdict;
+exits 1 when any case differs, raised or mismatched.
 
 Usage: compare.py RESULTS.safetensors [--all] [--mode fp32,bf16,...]
 """
@@ -363,7 +363,8 @@ def main():
     print(f"{'case':48} {'tensor':7} {'verdict':14} {'demi err':>10} {'torch err':>10}  note")
     for key, what, verdict, ed, et, note in rows:
         # The sign of a zero gradient (a masked ReLU's) is noise; of an output, it is a value.
-        quiet = verdict == "ok" or (verdict == "zero sign" and what.startswith("grad"))
+        # Intended differences are documented: counted, listed with --all.
+        quiet = verdict in ("ok", "intended") or (verdict == "zero sign" and what.startswith("grad"))
         if quiet and not args.all:
             continue
         print(f"{key:48} {what:7} {verdict:14} {ed:10.2e} {et:10.2e}  {note}")
