@@ -329,10 +329,13 @@ struct WinogradWalk {
 // while the GEMMs reuse each column for every output channel whatever the group. 128 columns ran
 // AirNet's and SmallCNN's forward and backward-data passes 10-20% faster than 384 (64 was no
 // better, and slower on 15x15 planes). Backward-weight's dot tile sums along the columns, so there
-// a longer sum pays for its fold: 512 when it runs as dots (64 x 64 ran 7% slower at 128 than at
-// 256; 512 ran SmallCNN's 32- and 64-channel layers and AirNet's 64-channel ones 3-8% faster than
-// 256 on the AVX2 EPYC, a point's V and Z still 128 KiB each at 64 channels).
-constexpr int64_t kWinogradCols = 128, kWinogradDotCols = 512;
+// a longer sum pays for its fold, up to where V and Z leave L2. With 8 lanes (avx2) 512 columns ran
+// SmallCNN's 32- and 64-channel layers and AirNet's 64-channel ones 3-8% faster than 256 on the
+// AVX2 EPYC (and within 5% either way on the AMX Xeon at avx2). With 16 lanes, where the tile does
+// twice the work per instruction, V and Z's trips through L2 weigh more: on the AMX Xeon 256 ran
+// those layers 9-17% faster than 512 (2 MiB of V and Z at 32 channels), and 0-12% faster than 128.
+constexpr int64_t kWinogradCols = 128;
+int64_t winograd_dot_cols(int64_t lanes) { return lanes >= 16 ? 256 : 512; }
 
 // The float view of plane p (plane_size values of T): p itself for fp32, else widened into wide.
 template <typename T>
@@ -552,7 +555,7 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
                               int threads) {
   using winograd::kPoints;
   const isa::Winograd& wg = isa::active().winograd;
-  const WinogradWalk wk(g.n, g.h, g.w, threads, wg.lanes, grad_weight_as_dots(g.c, g.o) ? kWinogradDotCols : kWinogradCols);
+  const WinogradWalk wk(g.n, g.h, g.w, threads, wg.lanes, grad_weight_as_dots(g.c, g.o) ? winograd_dot_cols(wg.lanes) : kWinogradCols);
   const int64_t ins = g.c, outs = g.o, plane = g.h * g.w, th = wk.th, tw = wk.tw, tiles = wk.tiles;
   const int64_t usize = kPoints * ins * outs;
   float* du = thread_scratch<float>(kSlotWinograd, threads * usize);  // dU^T[xi][in][out] per thread
