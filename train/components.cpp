@@ -10,6 +10,13 @@ namespace demi::train {
 namespace {
 
 constexpr int64_t kLookaheadEvery = 5;
+constexpr int64_t kLookaheadStartEpoch = 3;
+
+// The step that starts the lookahead average: the first multiple of kLookaheadEvery in epoch
+// kLookaheadStartEpoch or later (steps are 1-based: epoch e holds steps e * per_epoch + 1 ...).
+int64_t first_lookahead_step(const StepCounts& steps) {
+  return (kLookaheadStartEpoch * steps.per_epoch / kLookaheadEvery + 1) * kLookaheadEvery;
+}
 
 // An optimizer over the recipe's parameter groups; options(group) gives each group's options.
 template <typename Optimizer, typename OptionsOf>
@@ -136,19 +143,28 @@ amp::GradScaler::Options scaler_options(const TrainerConfig& c, DType dtype,
 std::unique_ptr<optim::LRScheduler> make_schedule(const TrainerConfig& c, optim::Optimizer& optimizer,
                                                   const std::vector<ParamGroup>& groups, const StepCounts& steps) {
   std::unique_ptr<optim::LRScheduler> schedule = make_flag_schedule(c.schedule, optimizer, steps);
-  // Groups trained for their first epochs only: linear decay to 0 there, whatever --schedule says.
+  // Groups trained for their first epochs only: lr 0 after them; over them a linear decay to 0
+  // whatever --schedule says, or --schedule's own factor.
   for (size_t g = 0; g < groups.size(); ++g) {
     if (groups[g].train_epochs <= 0) continue;
     if (!schedule) schedule = std::make_unique<optim::LambdaLR>(optimizer, [](int64_t) { return 1.0; });
-    const double n = std::max(1.0, static_cast<double>(groups[g].train_epochs * steps.per_epoch));
-    schedule->set_group_factor(g, [n](int64_t t) { return std::max(0.0, 1.0 - static_cast<double>(t) / n); });
+    const int64_t n = std::max<int64_t>(1, groups[g].train_epochs * steps.per_epoch);
+    if (groups[g].decay_to_zero) {
+      schedule->set_group_factor(g, [n](int64_t t) { return std::max(0.0, 1.0 - static_cast<double>(t) / n); });
+    } else {
+      const optim::LRScheduler* own = schedule.get();  // owns the function: outlives it
+      schedule->set_group_factor(g, [n, own](int64_t t) { return t < n ? own->schedule_factor(t) : 0.0; });
+    }
   }
   return schedule;
 }
 
-std::optional<double> lookahead_decay(int64_t step, int64_t total_steps) {
-  if (step % kLookaheadEvery != 0) return std::nullopt;
-  const double progress = static_cast<double>(step) / static_cast<double>(total_steps);
+bool lookahead_started(int64_t step, const StepCounts& steps) { return step >= first_lookahead_step(steps); }
+
+std::optional<double> lookahead_decay(int64_t step, const StepCounts& steps) {
+  if (step % kLookaheadEvery != 0 || !lookahead_started(step, steps)) return std::nullopt;
+  if (step == first_lookahead_step(steps)) return 0.0;
+  const double progress = static_cast<double>(step) / static_cast<double>(steps.total);
   return std::pow(0.95, kLookaheadEvery) * progress * progress * progress;
 }
 

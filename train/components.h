@@ -54,15 +54,18 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, const s
 amp::GradScaler::Options scaler_options(const TrainerConfig& c, DType dtype,
                                         const std::shared_ptr<dist::ProcessGroup>& group);
 
-// --schedule over `steps`, plus each group with train_epochs > 0 decaying linearly to 0 over
-// those epochs whatever --schedule says. Null when nothing changes the lr.
+// --schedule over `steps`, plus each group with train_epochs > 0 (ParamGroup). Null when nothing
+// changes the lr.
 std::unique_ptr<optim::LRScheduler> make_schedule(const TrainerConfig& c, optim::Optimizer& optimizer,
                                                   const std::vector<ParamGroup>& groups, const StepCounts& steps);
 
-// airbench's lookahead: every 5 steps the weights move to an average that trails them by a decay
-// of 0.95^5 (step / total)^3: nothing early on, a strong pull at the end. The decay after `step`,
-// or nullopt when this step does not update the average.
-std::optional<double> lookahead_decay(int64_t step, int64_t total_steps);
+// airbench94's lookahead: from epoch 3 (0-based) on, every 5 steps the weights move to an average
+// that trails them by a decay of 0.95^5 (step / total)^3: little at first, a strong pull at the
+// end. The first such step only starts the average (decay 0: the weights as they are). The decay
+// after `step` (1-based), or nullopt when this step does not touch the average.
+std::optional<double> lookahead_decay(int64_t step, const StepCounts& steps);
+// Whether the average exists after `step`: from then on each epoch ends on it (decay 1).
+bool lookahead_started(int64_t step, const StepCounts& steps);
 
 // All of the above for a run on env's device and dtype.
 Components make_components(const TrainerConfig& c, const Environment& env, const data::Dataset* train_set,

@@ -155,7 +155,7 @@ StepResult FitLoop::take_step(const data::Batch& batch) {
   if (c_.loss_scale.kind == LossScale::Kind::Fixed) parts_.scaler->update(c_.loss_scale.value);
   ++progress_.step;
   if (parts_.lookahead) {
-    if (const std::optional<double> decay = lookahead_decay(progress_.step, parts_.steps.total)) {
+    if (const std::optional<double> decay = lookahead_decay(progress_.step, parts_.steps)) {
       parts_.lookahead->update(*decay);
     }
   }
@@ -194,12 +194,12 @@ void FitLoop::after_step(int epoch, EpochTotals& e, const StepResult& r) {
                     log_.every());
 }
 
-// The end of an epoch: the final epoch ends on lookahead's average and is scored with test-time
-// augmentation (1-5 more forward passes: only the final model gets them); then the epoch record,
-// the checkpoint and report.html.
+// The end of an epoch: once lookahead's average exists each epoch ends on it (airbench94's sync,
+// before the evaluation); the final epoch is scored with test-time augmentation (1-5 more forward
+// passes: only the final model gets them); then the epoch record, the checkpoint and report.html.
 void FitLoop::finish_epoch(int epoch, const EpochTotals& e) {
   const bool last_epoch = epoch + 1 == c_.epochs;
-  if (last_epoch && parts_.lookahead) parts_.lookahead->update(1.0);  // airbench's final sync
+  if (parts_.lookahead && lookahead_started(progress_.step, parts_.steps)) parts_.lookahead->update(1.0);
   const Accuracy scores =
       evaluate(*parts_.model, *data_.test, env_.device, env_.dtype, env_.group.get(), last_epoch ? c_.tta : 0);
   result_.plain_accuracy = scores.plain;

@@ -21,6 +21,7 @@ double airbench_lr(int64_t batch_size) {
 }
 constexpr double kAirbenchWeightDecay = 0.0153 / 11.5;
 constexpr double kAirbenchBiasScale = 64.0;  // BatchNorm biases: lr x 64, weight decay / 64
+constexpr int kAirbenchWhiteningBiasEpochs = 3;
 
 // airbench94_muon: Muon for the filters (lr 0.24, momentum 0.6, 3 Newton-Schulz steps, weights
 // renormalised), Nesterov SGD (momentum 0.85) for the rest with lrs per summed loss: BatchNorm and
@@ -89,6 +90,10 @@ std::shared_ptr<nn::Module> make_recipe_model(const TrainerConfig& c, Generator&
   // memory plan) the stem keeps its random filters: the same shapes, frozen the same way.
   if (train_set) fit_whitening_stem(c, net->stem(), *train_set);
   net->stem().weight.requires_grad_(false);
+  if (!airbench_muon(c)) {  // airbench94 starts the whitening bias at 0 (airbench94_muon: PyTorch's init)
+    NoGradGuard no_grad;
+    net->stem().bias.zero_();
+  }
   net->apply([](nn::Module& m) {
     if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) bn->weight.requires_grad_(false);  // scale fixed at 1
   });
@@ -150,18 +155,25 @@ std::vector<ParamGroup> parameter_groups(const TrainerConfig& c, nn::Module& mod
     groups[0].params = model.parameters();
     return groups;
   }
-  ParamGroup biases;
+  // The filters and the head; the BatchNorm biases; the whitening bias, which trains as the first
+  // group for airbench's whiten_bias_epochs (3) and is frozen after them.
+  ParamGroup biases, whitening_bias;
   biases.lr_scale = kAirbenchBiasScale;
   biases.weight_decay_scale = 1.0 / kAirbenchBiasScale;
   model.apply([&](nn::Module& m) {
     if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) biases.params.push_back(bn->bias);
   });
+  const Tensor& stem_bias = dynamic_cast<models::AirNet&>(model).stem().bias;
+  whitening_bias.params = {stem_bias};
+  whitening_bias.train_epochs = kAirbenchWhiteningBiasEpochs;
+  whitening_bias.decay_to_zero = false;
   for (const Tensor& p : model.parameters()) {
-    if (!p.requires_grad()) continue;
+    if (!p.requires_grad() || p.is_same(stem_bias)) continue;
     const bool bias = std::any_of(biases.params.begin(), biases.params.end(), [&](const Tensor& b) { return b.is_same(p); });
     if (!bias) groups[0].params.push_back(p);
   }
   groups.push_back(biases);
+  groups.push_back(whitening_bias);
   return groups;
 }
 

@@ -41,9 +41,12 @@ struct ParamGroup {
   double weight_decay_scale = 1.0;
   // Set: the group takes Muon updates with these options (lr = --lr x lr_scale); --optimizer muon.
   std::optional<optim::Muon::Options> muon;
-  // > 0: the group's lr falls linearly from its base to 0 over this many epochs, in place of
-  // --schedule (airbench's whitening bias, trained for the first 3 epochs only).
+  // > 0: the group trains for its first train_epochs epochs only, and its lr is 0 from then on
+  // (the whitening bias of both airbench recipes). Over those epochs its lr falls linearly from its
+  // base to 0 in place of --schedule (decay_to_zero: airbench94_muon), or follows --schedule
+  // (airbench94, which turns the bias's requires_grad off after them).
   int train_epochs = 0;
+  bool decay_to_zero = true;
 };
 std::vector<ParamGroup> parameter_groups(const TrainerConfig& c, nn::Module& model);
 

@@ -69,8 +69,8 @@ void add_recipe_options(CLI::App& app, TrainerConfig& c) {
                   "0.00241 (the head's) --schedule linear-decay --label-smoothing 0.2 --tta 2");
   app.add_option("--tta", c.tta, "test-time augmentation of the final evaluation: 0 none, 1 mirror, 2 mirror and "
                  "one-pixel translations (6 passes)")->check(cli::between(0, 2))->capture_default_str();
-  app.add_flag("--lookahead", c.lookahead, "every 5 steps pull the weights to their running average (airbench's "
-               "lookahead; the last epoch ends on the average)");
+  app.add_flag("--lookahead", c.lookahead, "from the 4th epoch on, every 5 steps pull the weights to their running "
+               "average, and end each epoch on it (airbench94's lookahead)");
 }
 
 // Where the weights live and how steps are taken: half params, masters, rounding, loss scale,

@@ -27,6 +27,8 @@ class LRScheduler {
   int64_t skipped_steps() const { return skipped_; }
   // lr of group 0 now.
   double last_lr() const { return optimizer_.lr(0); }
+  // The schedule's multiplier of the base lr at `iteration`, whatever set_group_factor gave a group.
+  double schedule_factor(int64_t iteration) const { return factor(iteration); }
   // Group `group` follows `factor` (of its base lr, by iteration) instead of the schedule's, as a
   // per-group lambda of torch's LambdaLR does (airbench trains its whitening bias for the first
   // epochs only). Sets the group's lr for the current iteration.

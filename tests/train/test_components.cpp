@@ -75,18 +75,20 @@ TEST(Components, AirbenchModelWithoutImagesKeepsAFrozenStemOfTheSameShape) {
 
 TEST(Components, SgdIsNesterovWithMomentumAndTakesEachGroupsScales) {
   train::TrainerConfig c;
-  c.recipe = train::Recipe::Airbench;  // two groups: BatchNorm biases at 64x the lr, 1/64 the decay
+  c.recipe = train::Recipe::Airbench;  // groups: BatchNorm biases at 64x the lr, 1/64 the decay; the whitening bias
   c.model = train::ModelKind::AirNet;
   auto model = train::make_model(c, Device::cpu(), nullptr);
   const auto groups = train::parameter_groups(c, *model);
   auto opt = train::make_optimizer(c, groups);
   auto* sgd = dynamic_cast<optim::SGD*>(opt.get());
   ASSERT_NE(sgd, nullptr);
-  ASSERT_EQ(sgd->num_groups(), 2u);
+  ASSERT_EQ(sgd->num_groups(), 3u);
   EXPECT_TRUE(sgd->group_options()[0].nesterov);
   EXPECT_EQ(sgd->group_options()[0].momentum, c.momentum);
   EXPECT_EQ(sgd->lr(1), c.lr * 64.0);
   EXPECT_EQ(sgd->group_options()[1].weight_decay, c.weight_decay / 64.0);
+  EXPECT_EQ(sgd->lr(2), c.lr);
+  EXPECT_EQ(sgd->group_options()[2].weight_decay, c.weight_decay);
 
   c.momentum = 0.0;  // plain SGD: Nesterov needs momentum
   EXPECT_FALSE(dynamic_cast<optim::SGD*>(train::make_optimizer(c, groups).get())->group_options()[0].nesterov);
@@ -166,10 +168,39 @@ TEST(Components, AGroupTrainedForItsFirstEpochsDecaysToZeroThereWhateverTheSched
   EXPECT_EQ(lr_after(*schedule, u.opt, 30, 1), 0.0);
 }
 
-TEST(Components, LookaheadPullsEveryFiveStepsHarderTowardTheEnd) {
-  EXPECT_FALSE(train::lookahead_decay(7, 100).has_value());
-  EXPECT_NEAR(*train::lookahead_decay(5, 100), std::pow(0.95, 5) * std::pow(0.05, 3), 1e-15);
-  EXPECT_NEAR(*train::lookahead_decay(100, 100), std::pow(0.95, 5), 1e-15);
+TEST(Components, AGroupFrozenAfterItsFirstEpochsFollowsTheScheduleUntilThen) {
+  train::TrainerConfig c;
+  c.schedule = ScheduleKind::LinearDecay;
+  UnitLr u;
+  Tensor bias = zeros({1}).requires_grad_();
+  u.opt.add_param_group({bias}, optim::SGD::Options{});
+  u.opt.set_lr(1, 2.0);
+  train::ParamGroup whitening_bias;
+  whitening_bias.params = {bias};
+  whitening_bias.train_epochs = 3;
+  whitening_bias.decay_to_zero = false;
+  u.groups.push_back(whitening_bias);
+  auto schedule = train::make_schedule(c, u.opt, u.groups, {10, 100});
+  ASSERT_NE(schedule, nullptr);
+  EXPECT_NEAR(u.opt.lr(1), 2.0, 1e-12);
+  EXPECT_NEAR(lr_after(*schedule, u.opt, 29, 1), 2.0 * 0.71, 1e-12);  // the schedule's, at its base
+  EXPECT_NEAR(u.opt.lr(0), 0.71, 1e-12);
+  EXPECT_EQ(lr_after(*schedule, u.opt, 1, 1), 0.0);  // iteration 30: frozen
+  EXPECT_EQ(lr_after(*schedule, u.opt, 50, 1), 0.0);
+  EXPECT_NEAR(u.opt.lr(0), 0.2, 1e-12);
+}
+
+TEST(Components, LookaheadStartsInEpochThreeThenPullsEveryFiveStepsHarderTowardTheEnd) {
+  const train::StepCounts steps{10, 100};  // epoch 3 holds steps 31-40: the average starts at 35
+  for (int64_t step : {5, 30, 31, 34, 36}) EXPECT_FALSE(train::lookahead_decay(step, steps).has_value()) << step;
+  EXPECT_FALSE(train::lookahead_started(34, steps));
+  EXPECT_TRUE(train::lookahead_started(35, steps));
+  EXPECT_EQ(*train::lookahead_decay(35, steps), 0.0);  // the average starts as the weights
+  EXPECT_NEAR(*train::lookahead_decay(40, steps), std::pow(0.95, 5) * std::pow(0.4, 3), 1e-15);
+  EXPECT_NEAR(*train::lookahead_decay(100, steps), std::pow(0.95, 5), 1e-15);
+  // airbench94's 48 steps an epoch (batch 1024): its first lookahead step is 145, as there.
+  EXPECT_FALSE(train::lookahead_started(144, {48, 480}));
+  EXPECT_EQ(*train::lookahead_decay(145, {48, 480}), 0.0);
 }
 
 TEST(Components, AllTogetherForARun) {

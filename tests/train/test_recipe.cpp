@@ -131,6 +131,7 @@ TEST(Recipe, AirbenchModelHasAWhitenedFrozenStemAndFrozenBatchNormWeights) {
   ASSERT_NE(net, nullptr);
   EXPECT_FALSE(net->stem().weight.requires_grad());
   EXPECT_TRUE(net->stem().bias.requires_grad());
+  EXPECT_EQ(net->stem().bias.to_vector<float>(), std::vector<float>(24, 0.0f)) << "airbench94 zeroes the stem's bias";
   // The stem whitens the normalised training images (all 40 here: fewer than 5,000).
   data::DataLoader::Options o;
   o.batch_size = 40;
@@ -150,15 +151,23 @@ TEST(Recipe, AirbenchModelHasAWhitenedFrozenStemAndFrozenBatchNormWeights) {
   });
   EXPECT_EQ(frozen_weights, 6);
 
-  // Groups: every trainable parameter exactly once; BatchNorm biases at 64x lr and 1/64 decay.
+  // Groups: every trainable parameter exactly once; BatchNorm biases at 64x lr and 1/64 decay; the
+  // whitening bias as the first group for 3 epochs, then frozen.
   const std::vector<train::ParamGroup> groups = train::parameter_groups(c, *model);
-  ASSERT_EQ(groups.size(), 2u);
+  ASSERT_EQ(groups.size(), 3u);
   EXPECT_EQ(groups[1].params.size(), 6u);
   EXPECT_EQ(groups[1].lr_scale, 64.0);
   EXPECT_EQ(groups[1].weight_decay_scale, 1.0 / 64.0);
+  ASSERT_EQ(groups[2].params.size(), 1u);
+  EXPECT_TRUE(groups[2].params[0].is_same(net->stem().bias));
+  EXPECT_EQ(groups[2].lr_scale, 1.0);
+  EXPECT_EQ(groups[2].weight_decay_scale, 1.0);
+  EXPECT_EQ(groups[2].train_epochs, 3);
+  EXPECT_FALSE(groups[2].decay_to_zero);
+  EXPECT_EQ(groups[0].train_epochs, 0);
   size_t trainable = 0;
   for (const Tensor& p : model->parameters()) trainable += p.requires_grad();
-  EXPECT_EQ(groups[0].params.size() + groups[1].params.size(), trainable);
+  EXPECT_EQ(groups[0].params.size() + groups[1].params.size() + groups[2].params.size(), trainable);
   for (const Tensor& p : groups[0].params) EXPECT_TRUE(p.requires_grad());
 }
 

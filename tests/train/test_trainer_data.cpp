@@ -82,8 +82,9 @@ void expect_stop_and_resume_reproduces(train::TrainerConfig c, const fs::path& a
   train::run_training(c);
   std::ifstream state_file(b / "state.json");
   const auto state = nlohmann::json::parse(state_file);
-  EXPECT_EQ(state.at("batches_done_in_epoch"), stop_step);
-  EXPECT_EQ(state.at("epochs_done"), 0);
+  const int64_t per_epoch = c.train_subset / c.batch_size;  // every caller's subset is whole batches
+  EXPECT_EQ(state.at("batches_done_in_epoch"), stop_step % per_epoch);
+  EXPECT_EQ(state.at("epochs_done"), stop_step / per_epoch);
   c.max_steps = 0;
   c.resume_dir = b.string();
   train::run_training(c);
@@ -106,22 +107,23 @@ TEST(TrainerData, StoppingMidEpochAndResumingReproducesTheUninterruptedRun) {
 }
 
 TEST(TrainerData, AirbenchRecipeResumesExactlyWithItsLookaheadAverage) {
-  // Stopped at step 7, after the lookahead update of step 5: the resumed run must restore that
-  // average from the checkpoint (re-snapshotting it from the weights would change step 10's).
+  // 4 epochs of 10 steps, stopped at step 37, after the lookahead average started at step 35 (epoch
+  // 3): the resumed run must restore that average from the checkpoint (re-snapshotting it from the
+  // weights would change step 40's) and end epoch 3 on it.
   DEMI_REQUIRE_REAL_DATA();
   const test::TempDir tmp_a("demi_test_airbench_a_"), tmp_b("demi_test_airbench_b_");
   const fs::path &a = tmp_a.path, &b = tmp_b.path;
   train::TrainerConfig c;
   c.data_dir = test::real_data_dir();
   c.recipe = train::Recipe::Airbench;
-  c.epochs = 1;
+  c.epochs = 4;
   c.batch_size = 32;
   train::apply_recipe_defaults(c, [](const std::string& flag) { return flag == "--epochs" || flag == "--batch-size"; });
   EXPECT_EQ(c.model, train::ModelKind::AirNet);
   EXPECT_TRUE(c.lookahead);
   c.train_subset = 320;
   c.test_subset = 100;
-  expect_stop_and_resume_reproduces(c, a, b, 7);  // of 10 steps
+  expect_stop_and_resume_reproduces(c, a, b, 37);  // of 40 steps
 
   // The final evaluation used test-time augmentation and says so beside the plain accuracy.
   std::ifstream summary_file(a / "summary.json");

@@ -33,10 +33,10 @@ train::TrainerConfig small_run(const std::string& out) {
 train::Components components(const train::TrainerConfig& c) {
   train::Environment env;
   env.dtype = train::compute_dtype(c.precision);
-  return train::make_components(c, env, nullptr, {10, 20});
+  return train::make_components(c, env, nullptr, {2, 20});  // lookahead starts at step 10 (epoch 3)
 }
 
-// `steps` steps on random images, with lookahead's update every 5, as the loop takes them.
+// `steps` steps on random images, with lookahead's updates as the loop takes them.
 void train_steps(const train::TrainerConfig& c, train::Components& parts, int steps) {
   training::TrainStep::Options o{Device::Kind::CPU, train::compute_dtype(c.precision), 0.0, 1};
   training::TrainStep step(*parts.optimizer, *parts.scaler, o, parts.schedule.get());
@@ -45,7 +45,7 @@ void train_steps(const train::TrainerConfig& c, train::Components& parts, int st
     const Tensor x = randn({8, 3, 32, 32}, gen);
     const Tensor y = tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, {8});
     step.run([&](int) { return cross_entropy((*parts.model)(x), y); });
-    if (auto decay = train::lookahead_decay(i, parts.steps.total)) parts.lookahead->update(*decay);
+    if (auto decay = train::lookahead_decay(i, parts.steps)) parts.lookahead->update(*decay);
   }
 }
 
@@ -73,8 +73,8 @@ TEST(TrainingCheckpoint, RestoreReadsBackEverythingSaveWrote) {
   const test::TempDir tmp("demi_training_ckpt_");
   const train::TrainerConfig c = small_run(tmp.path.string());
   train::Components trained = components(c);
-  train_steps(c, trained, 6);  // past lookahead's first update at step 5
-  const train::Progress progress{0, 6, 6, 0.25};
+  train_steps(c, trained, 16);  // past lookahead's start (step 10) and its first pull (step 15)
+  const train::Progress progress{8, 16, 0, 0.25};
   train::save_training(c, trained, progress);
 
   train::Components fresh = components(c);
@@ -87,7 +87,7 @@ TEST(TrainingCheckpoint, RestoreReadsBackEverythingSaveWrote) {
 
   // --eval-only's restore: the weights alone.
   auto model = train::make_model(c, Device::cpu(), nullptr);
-  EXPECT_EQ(train::restore_weights(c.out_dir, c, *model).step, 6);
+  EXPECT_EQ(train::restore_weights(c.out_dir, c, *model).step, 16);
   expect_same(trained.model->state_dict(), model->state_dict(), "weights");
 }
 
