@@ -150,17 +150,23 @@ TEST(Components, EveryScheduleHasItsShape) {
   EXPECT_NEAR(lr_after(*warm, cosine.opt, 10), 1.0, 1e-12);
 }
 
+// Adds to u a second group, at lr `lr`, trained for its first 3 epochs (the whitening bias).
+void add_first_epochs_group(UnitLr& u, double lr, bool decay_to_zero) {
+  Tensor bias = zeros({1}).requires_grad_();
+  u.opt.add_param_group({bias}, optim::SGD::Options{});
+  u.opt.set_lr(1, lr);
+  train::ParamGroup whitening_bias;
+  whitening_bias.params = {bias};
+  whitening_bias.train_epochs = 3;
+  whitening_bias.decay_to_zero = decay_to_zero;
+  u.groups.push_back(whitening_bias);
+}
+
 TEST(Components, AGroupTrainedForItsFirstEpochsDecaysToZeroThereWhateverTheSchedule) {
   train::TrainerConfig c;
   c.schedule = ScheduleKind::None;
   UnitLr u;
-  Tensor bias = zeros({1}).requires_grad_();
-  u.opt.add_param_group({bias}, optim::SGD::Options{});
-  u.opt.set_lr(1, 1.0);
-  train::ParamGroup whitening_bias;
-  whitening_bias.params = {bias};
-  whitening_bias.train_epochs = 3;
-  u.groups.push_back(whitening_bias);
+  add_first_epochs_group(u, 1.0, true);
   auto schedule = train::make_schedule(c, u.opt, u.groups, {10, 100});
   ASSERT_NE(schedule, nullptr);
   EXPECT_NEAR(lr_after(*schedule, u.opt, 15, 1), 0.5, 1e-12);  // half of its 30 steps
@@ -172,14 +178,7 @@ TEST(Components, AGroupFrozenAfterItsFirstEpochsFollowsTheScheduleUntilThen) {
   train::TrainerConfig c;
   c.schedule = ScheduleKind::LinearDecay;
   UnitLr u;
-  Tensor bias = zeros({1}).requires_grad_();
-  u.opt.add_param_group({bias}, optim::SGD::Options{});
-  u.opt.set_lr(1, 2.0);
-  train::ParamGroup whitening_bias;
-  whitening_bias.params = {bias};
-  whitening_bias.train_epochs = 3;
-  whitening_bias.decay_to_zero = false;
-  u.groups.push_back(whitening_bias);
+  add_first_epochs_group(u, 2.0, false);
   auto schedule = train::make_schedule(c, u.opt, u.groups, {10, 100});
   ASSERT_NE(schedule, nullptr);
   EXPECT_NEAR(u.opt.lr(1), 2.0, 1e-12);
