@@ -333,7 +333,8 @@ struct WinogradWalk {
 // SmallCNN's 32- and 64-channel layers and AirNet's 64-channel ones 3-8% faster than 256 on the
 // AVX2 EPYC (and within 5% either way on the AMX Xeon at avx2). With 16 lanes, where the tile does
 // twice the work per instruction, V and Z's trips through L2 weigh more: on the AMX Xeon 256 ran
-// those layers 9-17% faster than 512 (2 MiB of V and Z at 32 channels), and 0-12% faster than 128.
+// four of those five layers 9-17% faster than 512 (2 MiB of V and Z at 32 channels; the fifth the
+// same), and within 3% of 128 or 4-12% faster.
 constexpr int64_t kWinogradCols = 128;
 int64_t winograd_dot_cols(int64_t lanes) { return lanes >= 16 ? 256 : 512; }
 
