@@ -162,8 +162,9 @@ std::unique_ptr<optim::LRScheduler> make_schedule(const TrainerConfig& c, optim:
 bool lookahead_started(int64_t step, const StepCounts& steps) { return step >= first_lookahead_step(steps); }
 
 std::optional<double> lookahead_decay(int64_t step, const StepCounts& steps) {
-  if (step % kLookaheadEvery != 0 || !lookahead_started(step, steps)) return std::nullopt;
-  if (step == first_lookahead_step(steps)) return 0.0;
+  const int64_t first = first_lookahead_step(steps);
+  if (step % kLookaheadEvery != 0 || step < first) return std::nullopt;
+  if (step == first) return 0.0;
   const double progress = static_cast<double>(step) / static_cast<double>(steps.total);
   return std::pow(0.95, kLookaheadEvery) * progress * progress * progress;
 }
