@@ -314,12 +314,14 @@ bool use_winograd(const ConvGeom& g) {
 // lanes (AVX-512) 4 for 7x7 and 2 for 15x15, with 8 (AVX2) 2 for 7x7.
 struct WinogradWalk {
   int64_t h, w, th, tw, tiles, per_group, lane_images;
-  int64_t row;  // the distance between two channels' rows of V, M or Z: a group's columns, whole lines
+  // The distance between two channels' rows of V, M or Z: a group's columns, in an odd number of
+  // whole lines, so that the GEMMs read them in place (packed_gemm.cpp's gemm_strips).
+  int64_t row;
   WinogradWalk(int64_t n, int64_t h_, int64_t w_, int threads, int64_t lanes, int64_t min_cols)
       : h(h_), w(w_), th(ceil_div(h_, 2)), tw(ceil_div(w_, 2)), tiles(th * tw),
         lane_images(tw <= lanes / 2 ? lanes / tw : 1) {
     per_group = balanced_group(n, ceil_div(min_cols, tiles), threads);
-    row = ceil_div(per_group * tiles, 16) * 16;
+    row = odd_lines(per_group * tiles);
   }
   // The distance between two points of V, M or Z of `channels` rows.
   int64_t point(int64_t channels) const { return odd_lines(channels * row); }

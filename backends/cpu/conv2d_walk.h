@@ -33,7 +33,8 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b 
 // once and the output transform reads 16: with points a multiple of 4 KiB apart (32 channels x 256
 // columns is 32 KiB) all 16 streams fall in one of L1's 64 sets, 12 ways deep. An odd number of
 // lines apart they take 16 sets: SmallCNN's and AirNet's 32- and 64-channel passes ran 5-20%
-// faster (padding each row to an odd number of lines as well gained nothing more).
+// faster. conv2d.cpp's F(2x2) walk pads each channel's row to an odd number of lines as well: that
+// gained nothing more on its own, but lets the GEMMs read B in place (packed_gemm.cpp's gemm_strips).
 inline int64_t odd_lines(int64_t n) { return (ceil_div(n, 16) | 1) * 16; }
 
 // Calls body(i) for every image: spread across threads (each GEMM then runs single-threaded, as

@@ -50,6 +50,9 @@ namespace {
 // The last nr + r columns are then two strips of about half each, in whole 8-column vectors: 128
 // columns (the Winograd GEMMs of AirNet's 15x15, 7x7 and 3x3 layers) as 4 x 24 + 2 x 16, not
 // 5 x 24 + 8. Each column's sum is the same either way.
+// Whether rows ld floats apart start an odd number of 64-byte lines apart.
+bool odd_line_rows(int64_t ld) { return ld % 16 == 0 && (ld / 16) % 2 == 1; }
+
 int64_t strip_width(int64_t mr, int64_t nr, int64_t left) {
   if (mr >= 8 || left <= nr || left - nr > nr / 3) return std::min(nr, left);
   return (left / 2 + 7) / 8 * 8;
@@ -61,10 +64,12 @@ void gemm_strips(const float* a_packed, int64_t m, int64_t k, const float* b, in
                  int64_t n, float* c, int64_t ldc, const float* init, Accumulate accumulate) {
   const isa::F32Gemm& t = isa::active().gemm;
   // Column strips outermost, each cut into blocks of kDepthBlock rows of B, which every panel of A
-  // passes over while the block stays in L1. With enough panels to pay for it, the block is first
-  // copied into contiguous rows: read in place (rows ldb apart), a block's rows fell into a quarter
-  // of L1's sets and were fetched from L2 for every panel (AirNet's Winograd GEMMs, 256 x 256 x 128:
-  // 200 GFLOP/s a core against 217 with the copy, AMX Xeon).
+  // passes over while the block stays in L1. With enough panels to pay for it, a block whose rows
+  // are an even number of lines apart is first copied into contiguous rows: read in place, its rows
+  // fell into a quarter of L1's sets and were fetched from L2 for every panel (AirNet's Winograd
+  // GEMMs at 128-column rows, 256 x 256 x 128: 200 GFLOP/s a core against 217 with the copy, AMX
+  // Xeon). Rows an odd number of lines apart spread over all the sets, and are read in place: the
+  // Winograd walks pad their rows so, and their layers ran 4-8% faster without the copy.
   alignas(64) static thread_local float strip[kDepthBlock * kMaxTileCols];
   DEMI_INTERNAL_CHECK(t.nr <= kMaxTileCols, "packed_gemm: tile of ", t.nr, " columns");
   for (int64_t col = 0, cols = 0; col < n; col += cols) {
@@ -75,7 +80,7 @@ void gemm_strips(const float* a_packed, int64_t m, int64_t k, const float* b, in
       int64_t ld = t.nr;
       if (b_transposed) {
         t.transpose(b + col * ldb + k0, ldb, cols, depth, strip, t.nr);
-      } else if (m >= kMinPanelsToCopy * t.mr && depth > kCopyDepth) {
+      } else if (m >= kMinPanelsToCopy * t.mr && depth > kCopyDepth && !odd_line_rows(ldb)) {
         const float* src = b + k0 * ldb + col;
         for (int64_t j = 0; j < depth; ++j) std::memcpy(strip + j * t.nr, src + j * ldb, sizeof(float) * cols);
       } else {
