@@ -539,30 +539,71 @@ void backward_data_packed(const Conv2dArgs& a, const ConvGeom& g, const float* w
 // 20%, 64 x 64 0-10% (the same at avx2), 64 x 128 the same, 64 x 256 and 256 x 256 5-20% slower.
 bool grad_weight_as_dots(int64_t m, int64_t n) { return m * n < 40 * (m + n); }
 void grad_weight_product(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t n, int64_t depth,
-                         float* c) {
+                         float* c, packed_gemm::Accumulate accumulate = packed_gemm::Accumulate::Yes) {
   if (grad_weight_as_dots(m, n)) {
-    packed_gemm::gemm_nt(a, lda, m, b, ldb, n, depth, c, n, packed_gemm::Accumulate::Yes);
+    packed_gemm::gemm_nt(a, lda, m, b, ldb, n, depth, c, n, accumulate);
     return;
   }
   float* packed = thread_scratch<float>(kSlotPackedCol, packed_gemm::packed_size(m, depth));
   packed_gemm::pack_a(a, lda, 1, m, depth, packed);
-  packed_gemm::gemm_bt(packed, m, depth, b, ldb, n, c, n, packed_gemm::Accumulate::Yes);
+  packed_gemm::gemm_bt(packed, m, depth, b, ldb, n, c, n, accumulate);
+}
+
+// grad_w[o][c] (3x3, [o][c][r][s] as the weight) = G^T dU[o][c] G (winograd.h), dU^T[xi][c][o]
+// being the sum of du's per-thread copies that `ran`, in thread order, so that the result does not
+// depend on timing. Input channel by input channel, so that du is read as 16 sequential streams
+// (one per point) while grad_w's rows, 9 values of each per channel, fill in L1; in blocks of 16
+// output channels, whose transforms run side by side. (The threads' sums, the transform into
+// grad_w^T and the transpose into grad_w were three passes and a zero fill, 10% of AirNet's
+// 256 -> 256 @ 7 backward-weight.)
+template <typename T>
+void weight_gradients(const float* du, const std::vector<char>& ran, int64_t ins, int64_t outs, T* grad_w) {
+  using winograd::kPoints;
+  constexpr int64_t kBlock = 16;
+  const int64_t usize = kPoints * ins * outs;
+  parallel_for(ins, outs * kPoints * static_cast<int64_t>(ran.size() + 1), [&](int64_t begin, int64_t end) {
+    alignas(64) float d[kPoints][kBlock], w[9][kBlock], run[9];
+    for (int64_t c = begin; c < end; ++c) {
+      for (int64_t o0 = 0; o0 < outs; o0 += kBlock) {
+        const int64_t n = std::min(kBlock, outs - o0);
+        for (int64_t xi = 0; xi < kPoints; ++xi) {
+          std::fill(d[xi], d[xi] + kBlock, 0.0f);
+          for (size_t t = 0; t < ran.size(); ++t) {
+            if (!ran[t]) continue;
+            const float* src = du + t * usize + (xi * ins + c) * outs + o0;
+            for (int64_t j = 0; j < n; ++j) d[xi][j] += src[j];
+          }
+        }
+        winograd::weight_gradients(d, w);
+        for (int64_t j = 0; j < n; ++j) {
+          T* dst = grad_w + ((o0 + j) * ins + c) * 9;
+          if constexpr (std::is_same_v<T, float>) {
+            for (int k = 0; k < 9; ++k) dst[k] = w[k][j];
+          } else {
+            for (int k = 0; k < 9; ++k) run[k] = w[k][j];
+            convert_n(run, dst, 9);
+          }
+        }
+      }
+    }
+  });
 }
 
 // backward-weight by Winograd F(2x2, 3x3): per group of images, V (the forward's input transform)
 // and Z = A dY A^T of grad_y's tiles; dU^T[xi] (ins x outs) += V[xi] Z[xi]^T, summed over the
-// tiles, per thread; at the end dW = G^T dU G into partial (ckk x o, the packed path's grad_w^T
-// layout; the caller sums the threads' partials and transposes). Bias sums go to bias_partial.
+// tiles, per thread; at the end dW = G^T dU G, written straight into grad_w (weight_gradients).
+// Bias sums go to bias_partial.
 template <typename T>
-void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* partial, double* bias_partial,
-                              int threads) {
+void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, double* bias_partial, int threads) {
   using winograd::kPoints;
   const isa::Winograd& wg = isa::active().winograd;
   const WinogradWalk wk(g.n, g.h, g.w, threads, wg.lanes, grad_weight_as_dots(g.c, g.o) ? winograd_dot_cols(wg.lanes) : kWinogradCols);
   const int64_t ins = g.c, outs = g.o, plane = g.h * g.w, th = wk.th, tw = wk.tw, tiles = wk.tiles;
   const int64_t usize = kPoints * ins * outs;
-  float* du = thread_scratch<float>(kSlotWinograd, threads * usize);  // dU^T[xi][in][out] per thread
-  parallel_for(threads * usize, 1, [&](int64_t begin, int64_t end) { std::fill(du + begin, du + end, 0.0f); });
+  // dU^T[xi][in][out] per thread, assigned by the thread's first group (no fill: 8 MiB for AirNet's
+  // 256 -> 256) and added to by the rest; a thread that ran no group has none.
+  float* du = thread_scratch<float>(kSlotWinograd, threads * usize);
+  std::vector<char> ran(threads, 0);
   const T* input = a.input.as<T>();
   const T* grad_y = a.output.as<T>();
   const bool want_bias = a.bias.defined();
@@ -594,25 +635,14 @@ void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, float* par
         wg.transform_grad_output(split_e, split_o, th, lanes, z + o * row + k0 * tiles, z_point);
       }
     }
+    const auto accumulate = ran[t] ? packed_gemm::Accumulate::Yes : packed_gemm::Accumulate::No;
     for (int64_t xi = 0; xi < kPoints; ++xi) {
-      grad_weight_product(v + xi * v_point, row, ins, z + xi * z_point, row, outs, cols, du + t * usize + xi * ins * outs);
+      grad_weight_product(v + xi * v_point, row, ins, z + xi * z_point, row, outs, cols, du + t * usize + xi * ins * outs,
+                          accumulate);
     }
+    ran[t] = 1;
   });
-  // The threads' sums, then partial[(c * 9 + r * 3 + s) * outs + o] = (G^T dU[o][c] G)[r][s], both
-  // spread over the threads (AirNet's 256 -> 256: 1M values a thread; by the calling thread alone,
-  // the other idled for ~8% of the pass).
-  parallel_for(usize, threads, [&](int64_t begin, int64_t end) {
-    for (int t = 1; t < threads; ++t) {
-      for (int64_t i = begin; i < end; ++i) du[i] += du[t * usize + i];
-    }
-  });
-  parallel_for(ins, 16 * 9 * outs, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      for (int64_t o = 0; o < outs; ++o) {
-        winograd::weight_gradient(du + c * outs + o, ins * outs, partial + c * 9 * outs + o, outs);
-      }
-    }
-  });
+  weight_gradients(du, ran, ins, outs, a.weight.as<T>());
 }
 
 // grad_w^T (ckk x o) += col (ckk x depth) * grad_y^T (depth x o) into the calling thread's partial;
@@ -1004,12 +1034,16 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   const int64_t rows = chunk_rows<Acc>(g);
   // bf16 on the tile splits grad_w between the threads for the largest products (split_weight_grad);
   // every other path splits the images.
-  const bool bf16_split = std::is_same_v<T, BF16> && use_bf16_tile(g) && split_weight_grad(g);
+  const bool bf16_tile = std::is_same_v<T, BF16> && use_bf16_tile(g);
+  const bool bf16_split = bf16_tile && split_weight_grad(g);
+  const bool winograd = std::is_same_v<Acc, float> && !bf16_tile && use_winograd(g);  // writes grad_w itself
   const int threads = bf16_split ? 1 : image_threads(g.n);
   // One partial grad_w (and grad_b, in double) per thread, summed after the loop, so threads never
   // write the same memory and the result does not depend on timing.
-  Acc* partial = thread_scratch<Acc>(kSlotPartial, threads * wsize);
-  parallel_for(threads * wsize, 1, [&](int64_t begin, int64_t end) { std::fill(partial + begin, partial + end, Acc(0)); });
+  Acc* partial = winograd ? nullptr : thread_scratch<Acc>(kSlotPartial, threads * wsize);
+  if (partial) {
+    parallel_for(threads * wsize, 1, [&](int64_t begin, int64_t end) { std::fill(partial + begin, partial + end, Acc(0)); });
+  }
   const bool want_bias = a.bias.defined();
   double* bias_partial = thread_scratch<double>(kSlotBiasPartial, threads * g.o);
   std::fill(bias_partial, bias_partial + threads * g.o, 0.0);
@@ -1019,10 +1053,10 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
   if constexpr (std::is_same_v<Acc, float>) {
     if (bf16_split) {
       backward_weight_bf16_split(a, g, partial, bias_partial);
-    } else if (std::is_same_v<T, BF16> && use_bf16_tile(g)) {
+    } else if (bf16_tile) {
       backward_weight_bf16(a, g, partial, bias_partial, threads);
-    } else if (use_winograd(g)) {
-      backward_weight_winograd<T>(a, g, partial, bias_partial, threads);
+    } else if (winograd) {
+      backward_weight_winograd<T>(a, g, bias_partial, threads);
     } else {
       backward_weight_packed<T>(a, g, partial, bias_partial, threads);
     }
@@ -1060,7 +1094,7 @@ void backward_weight(const Conv2dArgs& a, const ConvGeom& g) {
     for (int64_t o = 0; o < g.o; ++o) bias_partial[o] += bias_partial[t * g.o + o];
   }
   if (transposed) {
-    sum_transposed(partial, threads, ckk, g.o, a.weight.as<T>());
+    if (!winograd) sum_transposed(partial, threads, ckk, g.o, a.weight.as<T>());
   } else {
     for (int t = 1; t < threads; ++t) {
       Eigen::Map<Eigen::Array<Acc, Eigen::Dynamic, 1>>(partial, wsize) +=

@@ -115,23 +115,30 @@ const float* packed_weights(int64_t points, int64_t outs, int64_t ins, const Tra
 //   plane read zeros; a lane group: split_grad_lanes, every row written), then Z comes from the
 //   split rows at once (transform_grad_output).
 
-// dL/dg = G^T du G for one filter: du is the 4x4 gradient of its transformed filter (point xi at
-// du[xi * stride]); g is written as 3x3 values at g[(r * 3 + c) * g_stride].
+// dL/dg = G^T du G for N filters side by side: du[xi][j] is point xi of the gradient of filter j's
+// transformed filter, g[r * 3 + c][j] its 3x3 gradient. Each step is a loop over the N filters,
+// which the compiler vectorises.
 //   G^T = | 1  1/2  1/2  0 |
 //         | 0  1/2 -1/2  0 |
 //         | 0  1/2  1/2  1 |
-inline void weight_gradient(const float* du, int64_t stride, float* g, int64_t g_stride) {
-  float t[3][4];  // G^T du
-  for (int j = 0; j < 4; ++j) {
-    const float d0 = du[j * stride], d1 = du[(4 + j) * stride], d2 = du[(8 + j) * stride], d3 = du[(12 + j) * stride];
-    t[0][j] = d0 + 0.5f * (d1 + d2);
-    t[1][j] = 0.5f * (d1 - d2);
-    t[2][j] = 0.5f * (d1 + d2) + d3;
+template <int64_t N>
+inline void weight_gradients(const float (&du)[kPoints][N], float (&g)[9][N]) {
+  float t[3][4][N];  // G^T du
+  for (int c = 0; c < 4; ++c) {
+    for (int64_t j = 0; j < N; ++j) {
+      const float d0 = du[c][j], d1 = du[4 + c][j], d2 = du[8 + c][j], d3 = du[12 + c][j];
+      t[0][c][j] = d0 + 0.5f * (d1 + d2);
+      t[1][c][j] = 0.5f * (d1 - d2);
+      t[2][c][j] = 0.5f * (d1 + d2) + d3;
+    }
   }
   for (int r = 0; r < 3; ++r) {  // (G^T du) G
-    g[(r * 3 + 0) * g_stride] = t[r][0] + 0.5f * (t[r][1] + t[r][2]);
-    g[(r * 3 + 1) * g_stride] = 0.5f * (t[r][1] - t[r][2]);
-    g[(r * 3 + 2) * g_stride] = 0.5f * (t[r][1] + t[r][2]) + t[r][3];
+    for (int64_t j = 0; j < N; ++j) {
+      const float t0 = t[r][0][j], t1 = t[r][1][j], t2 = t[r][2][j], t3 = t[r][3][j];
+      g[r * 3 + 0][j] = t0 + 0.5f * (t1 + t2);
+      g[r * 3 + 1][j] = 0.5f * (t1 - t2);
+      g[r * 3 + 2][j] = 0.5f * (t1 + t2) + t3;
+    }
   }
 }
 
