@@ -44,15 +44,15 @@ void pack_a(const float* a, int64_t row_stride, int64_t col_stride, int64_t m, i
 }
 
 namespace {
+// Whether rows ld floats apart start an odd number of 64-byte lines apart.
+bool odd_line_rows(int64_t ld) { return ld % 16 == 0 && (ld / 16) % 2 == 1; }
+
 // The width of the next column strip, `left` columns from the end: nr, except where that would
 // leave a last strip of at most a third of nr (one vector) whose tile has fewer than 8 sums in
 // flight (mr of them: 4 on AVX2, against an FMA latency of 4 cycles on two ports, half the rate).
 // The last nr + r columns are then two strips of about half each, in whole 8-column vectors: 128
 // columns (the Winograd GEMMs of AirNet's 15x15, 7x7 and 3x3 layers) as 4 x 24 + 2 x 16, not
 // 5 x 24 + 8. Each column's sum is the same either way.
-// Whether rows ld floats apart start an odd number of 64-byte lines apart.
-bool odd_line_rows(int64_t ld) { return ld % 16 == 0 && (ld / 16) % 2 == 1; }
-
 int64_t strip_width(int64_t mr, int64_t nr, int64_t left) {
   if (mr >= 8 || left <= nr || left - nr > nr / 3) return std::min(nr, left);
   return (left / 2 + 7) / 8 * 8;
