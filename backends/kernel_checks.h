@@ -310,14 +310,19 @@ inline BnGeom check_input(const TensorRef& x, const char* op) {
   return {x.shape[0], x.shape[1], x.shape.size() == 4 ? x.shape[2] * x.shape[3] : 1};
 }
 
-// A fused ReLU's coefficients: [4, C] in the statistics' dtype, training mode only.
-inline void check_relu(const BatchNormArgs& args, const BnGeom& g, DType s, const char* op) {
-  if (!args.relu) return;
-  DEMI_CHECK(args.mode == BatchNormMode::Train, op, ": a fused ReLU needs training mode (in eval, apply relu "
+// A fused activation's coefficients: [4, C] in the statistics' dtype, training mode only; a fused
+// GELU takes fp32 or half inputs (fp64's GELU is a separate op).
+inline void check_activation(const BatchNormArgs& args, const BnGeom& g, DType s, const char* op) {
+  if (args.activation == BatchNormActivation::None) return;
+  const char* name = args.activation == BatchNormActivation::Relu ? "ReLU" : "GELU";
+  DEMI_CHECK(args.mode == BatchNormMode::Train, op, ": a fused ", name, " needs training mode (in eval, apply it "
              "after batch_norm)");
-  DEMI_CHECK(args.relu_coef.defined() && args.relu_coef.shape == Shape({4, g.c}) && args.relu_coef.dtype == s, op,
-             ": a fused ReLU needs relu_coef of shape [4, ", g.c, "] and dtype ", s, ", got ",
-             args.relu_coef.defined() ? args.relu_coef.shape : Shape{}, " ", args.relu_coef.dtype);
+  DEMI_CHECK(args.activation != BatchNormActivation::Gelu || args.input.dtype != DType::F64, op,
+             ": a fused GELU takes float32, float16 or bfloat16 input, got float64; apply gelu after batch_norm");
+  DEMI_CHECK(args.activation_coef.defined() && args.activation_coef.shape == Shape({4, g.c}) &&
+                 args.activation_coef.dtype == s,
+             op, ": a fused ", name, " needs activation_coef of shape [4, ", g.c, "] and dtype ", s, ", got ",
+             args.activation_coef.defined() ? args.activation_coef.shape : Shape{}, " ", args.activation_coef.dtype);
 }
 
 }  // namespace batch_norm_checks
@@ -342,7 +347,7 @@ inline BnGeom check_batch_norm_forward(const BatchNormArgs& args) {
     DEMI_CHECK(args.running_mean.defined() && args.running_var.defined(), op,
                ": eval mode normalises with running_mean and running_var; pass both");
   }
-  check_relu(args, g, s, op);
+  check_activation(args, g, s, op);
   return g;
 }
 
@@ -361,7 +366,7 @@ inline BnGeom check_batch_norm_backward(const BatchNormArgs& args) {
   check_param(args.save_invstd, "save_invstd", g, s, op);
   DEMI_CHECK(args.save_mean.defined() && args.save_invstd.defined(), op,
              ": needs save_mean and save_invstd from the training-mode forward");
-  check_relu(args, g, s, op);
+  check_activation(args, g, s, op);
   return g;
 }
 

@@ -8,9 +8,13 @@
 namespace demi::backend {
 namespace {
 
-void check_fused_relu(const Kernels& k, bool relu) {
-  DEMI_CHECK(!relu || k.supports(KernelFamily::BatchNormRelu), "batch_norm: the ", k.device(), " backend has no "
-             "fused ReLU; call relu(batch_norm(...)) (demi::batch_norm_relu does so on such devices)");
+void check_fused_activation(const Kernels& k, BatchNormActivation activation) {
+  DEMI_CHECK(activation != BatchNormActivation::Relu || k.supports(KernelFamily::BatchNormRelu), "batch_norm: the ",
+             k.device(), " backend has no fused ReLU; call relu(batch_norm(...)) (demi::batch_norm_relu does so on "
+             "such devices)");
+  DEMI_CHECK(activation != BatchNormActivation::Gelu || k.supports(KernelFamily::BatchNormGelu), "batch_norm: the ",
+             k.device(), " backend has no fused GELU; call gelu(batch_norm(...)) (demi::batch_norm_gelu does so on "
+             "such devices)");
 }
 
 }  // namespace
@@ -58,12 +62,12 @@ void Kernels::pool2d_backward(const Pool2dArgs& args) {
 }
 void Kernels::batch_norm_forward(const BatchNormArgs& args) {
   const BnGeom g = check_batch_norm_forward(args);
-  check_fused_relu(*this, args.relu);
+  check_fused_activation(*this, args.activation);
   batch_norm_forward_impl(args, g);
 }
 void Kernels::batch_norm_backward(const BatchNormArgs& args) {
   const BnGeom g = check_batch_norm_backward(args);
-  check_fused_relu(*this, args.relu);
+  check_fused_activation(*this, args.activation);
   batch_norm_backward_impl(args, g);
 }
 

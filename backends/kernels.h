@@ -113,20 +113,24 @@ struct Pool2dArgs {
 // forward (eval): normalises with running_mean / running_var; save_* are not written.
 // backward (training statistics): reads input, grad_output, weight, save_mean, save_invstd ->
 //   writes grad_input, grad_weight, grad_bias (each optional).
-// relu (training only, KernelFamily::BatchNormRelu): forward writes relu(y) instead of y, bitwise
-//   what a separate ReLU would give, and the per-channel coefficients it normalised with into
-//   relu_coef ([4, C], the statistics' dtype); backward takes grad_output as the gradient of
-//   relu(y) and masks it where y was not positive, decided from input and relu_coef (the CPU: one
-//   threshold on x a channel), so y is never stored and no ReLU pass runs over memory (bitwise the
-//   separate ReLU's gradient too).
+// activation Relu (training only, KernelFamily::BatchNormRelu): forward writes relu(y) instead of
+//   y, bitwise what a separate ReLU would give, and the per-channel coefficients it normalised with
+//   into activation_coef ([4, C], the statistics' dtype); backward takes grad_output as the gradient
+//   of relu(y) and masks it where y was not positive, decided from input and activation_coef (the
+//   CPU: one threshold on x a channel), so y is never stored and no ReLU pass runs over memory
+//   (bitwise the separate ReLU's gradient too).
+// activation Gelu (training only, fp32 and half inputs, KernelFamily::BatchNormGelu): the same with
+//   gelu(y) (erf form), bitwise what a separate GELU on the stored y would give; backward recomputes
+//   y from input and activation_coef.
 enum class BatchNormMode { Train, Eval };
+enum class BatchNormActivation { None, Relu, Gelu };
 struct BatchNormArgs {
   BatchNormMode mode = BatchNormMode::Train;
   TensorRef input, output, weight, bias, running_mean, running_var, save_mean, save_invstd;
   TensorRef grad_output, grad_input, grad_weight, grad_bias;
   double momentum = 0.1, eps = 1e-5;
-  bool relu = false;
-  TensorRef relu_coef;
+  BatchNormActivation activation = BatchNormActivation::None;
+  TensorRef activation_coef;
 };
 
 // Softmax or log-softmax over the last dimension, computed in fp32 whatever the storage dtype.
@@ -217,7 +221,8 @@ enum class KernelFamily {
   Conv2d,
   Pool2d,
   BatchNorm,
-  BatchNormRelu,  // batch_norm_* with relu = true
+  BatchNormRelu,  // batch_norm_* with activation Relu
+  BatchNormGelu,  // batch_norm_* with activation Gelu
   Softmax,
   CrossEntropy,
   Random,

@@ -262,7 +262,7 @@ void BM_BatchNorm(benchmark::State& state, DType dtype, BnPass pass, bool relu =
   args.save_mean = mean.ref(), args.save_invstd = invstd.ref();
   args.grad_output = gy.ref(), args.grad_input = gx.ref(), args.grad_weight = gw.ref(), args.grad_bias = gb.ref();
   Buffer relu_coef(DType::F32, {4, s.c});
-  if (relu) args.relu = true, args.relu_coef = relu_coef.ref();
+  if (relu) args.activation = BatchNormActivation::Relu, args.activation_coef = relu_coef.ref();
   Kernels& k = kernels_for(Device::cpu());
   k.batch_norm_forward(args);  // the saved statistics backward reads
   for (auto _ : state) {

@@ -84,7 +84,8 @@ def batch_norm(x, p):
     weight = x[3] if len(x) > 3 else None
     bias = x[4] if len(x) > 4 else None
     y = F.batch_norm(x[0], x[1], x[2], weight, bias, p["training"], p["momentum"], p["eps"])
-    return [F.relu(y) if p["relu"] else y, x[1], x[2]]
+    act = p.get("activation", "none")
+    return [F.relu(y) if act == "relu" else F.gelu(y) if act == "gelu" else y, x[1], x[2]]
 
 
 def trajectory(x, p, make):

@@ -289,26 +289,32 @@ std::vector<Case> dtype_cases() {
       one([](auto& x) { return global_max_pool2d(x[0]); }));
 
   // Batch norm: training (batch statistics, running statistics updated: outputs 1 and 2) and eval.
-  auto bn = [&add](const std::string& name, Shape x, bool training, bool affine, bool relu, double momentum, double eps) {
+  // act: "none", "relu" (batch_norm_relu) or "gelu" (batch_norm_gelu).
+  auto bn = [&add](const std::string& name, Shape x, bool training, bool affine, const std::string& act, double momentum,
+                   double eps) {
     const int64_t ch = x[1];
     std::vector<Input> in = {normal(x), fp32_state({ch}, Draw::Normal), fp32_state({ch}, Draw::Positive)};
     if (affine) in.push_back(fp32_param({ch})), in.push_back(fp32_param({ch}));
-    const json params = {{"training", training}, {"momentum", momentum}, {"eps", eps}, {"relu", relu}};
+    const json params = {{"training", training}, {"momentum", momentum}, {"eps", eps}, {"activation", act}};
     add(name, "batch_norm", params, in, [=](const std::vector<Tensor>& t) {
       BatchNormOptions o;
       o.training = training, o.momentum = momentum, o.eps = eps;
       const Tensor w = affine ? t[3] : Tensor(), b = affine ? t[4] : Tensor();
-      const Tensor y = relu ? batch_norm_relu(t[0], t[1], t[2], w, b, o) : batch_norm(t[0], t[1], t[2], w, b, o);
+      const Tensor y = act == "relu"   ? batch_norm_relu(t[0], t[1], t[2], w, b, o)
+                       : act == "gelu" ? batch_norm_gelu(t[0], t[1], t[2], w, b, o)
+                                       : batch_norm(t[0], t[1], t[2], w, b, o);
       return std::vector<Tensor>{y, t[1], t[2]};
     });
   };
-  bn("batch_norm_train", {8, 5, 6, 7}, true, true, false, 0.1, 1e-5);
-  bn("batch_norm_train_relu", {8, 5, 6, 7}, true, true, true, 0.1, 1e-5);
-  bn("batch_norm_train_2d", {16, 7}, true, true, false, 0.3, 1e-3);
-  bn("batch_norm_train_no_affine", {4, 6, 5, 5}, true, false, false, 0.1, 1e-5);
-  bn("batch_norm_train_large", {32, 16, 16, 16}, true, true, true, 0.1, 1e-5);
-  bn("batch_norm_eval", {8, 5, 6, 7}, false, true, false, 0.1, 1e-5);
-  bn("batch_norm_eval_relu", {8, 5, 6, 7}, false, true, true, 0.1, 1e-5);
+  bn("batch_norm_train", {8, 5, 6, 7}, true, true, "none", 0.1, 1e-5);
+  bn("batch_norm_train_relu", {8, 5, 6, 7}, true, true, "relu", 0.1, 1e-5);
+  bn("batch_norm_train_gelu", {8, 5, 6, 7}, true, true, "gelu", 0.1, 1e-5);
+  bn("batch_norm_train_2d", {16, 7}, true, true, "none", 0.3, 1e-3);
+  bn("batch_norm_train_no_affine", {4, 6, 5, 5}, true, false, "none", 0.1, 1e-5);
+  bn("batch_norm_train_large", {32, 16, 16, 16}, true, true, "relu", 0.1, 1e-5);
+  bn("batch_norm_train_large_gelu", {32, 16, 15, 15}, true, true, "gelu", 0.1, 1e-5);
+  bn("batch_norm_eval", {8, 5, 6, 7}, false, true, "none", 0.1, 1e-5);
+  bn("batch_norm_eval_relu", {8, 5, 6, 7}, false, true, "relu", 0.1, 1e-5);
 
   // Softmax family and the loss.
   add("softmax", "softmax", {{"dim", -1}}, {normal({7, 67})}, one([](auto& x) { return softmax(x[0]); }));

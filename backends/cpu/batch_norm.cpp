@@ -9,6 +9,7 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/gelu.h"
 #include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
@@ -247,12 +248,75 @@ template <typename Acc>
 class MaskedGrad {
  public:
   MaskedGrad() = default;
-  explicit MaskedGrad(int64_t len) : base_(thread_scratch<Acc>(kSlotMasked, len + 64 / sizeof(Acc))) {}
+  // Room for `planes` gradients of up to `len` values each, side by side.
+  MaskedGrad(int64_t len, int64_t planes = 1)
+      : stride_((len + 2 * kLine - 1) / kLine * kLine), base_(thread_scratch<Acc>(kSlotMasked, planes * stride_)) {}
   explicit operator bool() const { return base_ != nullptr; }
-  Acc* like(const Acc* g) const { return base_ + reinterpret_cast<uintptr_t>(g) % 64 / sizeof(Acc); }
+  Acc* like(const Acc* g, int64_t plane = 0) const {
+    return base_ + plane * stride_ + reinterpret_cast<uintptr_t>(g) % 64 / sizeof(Acc);
+  }
 
  private:
+  static constexpr int64_t kLine = 64 / sizeof(Acc);
+  int64_t stride_ = 0;
   Acc* base_ = nullptr;
+};
+
+// A half type's values rounded to it and widened back: what a separate op reads of a stored value.
+template <typename T>
+void round_to_stored(float* p, int64_t n) {
+  if constexpr (!std::is_same_v<T, float>) {
+    alignas(64) T stored[kGeluBlock];
+    for (int64_t s = 0; s < n; s += kGeluBlock) {
+      const int64_t len = std::min(kGeluBlock, n - s);
+      convert_n(p + s, stored, len);
+      convert_n(stored, p + s, len);
+    }
+  }
+}
+
+// The fused GELU's forward: buf's len values of y become gelu(y), computed as a separate GELU
+// computes it from the stored y (gelu.h's block kernel; a half y rounded first).
+template <typename T>
+void gelu_in_place(acc_t<T>* buf, int64_t len) {
+  if constexpr (std::is_same_v<acc_t<T>, float>) {
+    for (int64_t s = 0; s < len; s += kGeluBlock) {
+      const int64_t n = std::min(kGeluBlock, len - s);
+      round_to_stored<T>(buf + s, n);
+      gelu_block(buf + s, nullptr, buf + s, n, !std::is_same_v<T, float>);
+    }
+  } else {
+    DEMI_INTERNAL_CHECK(false, "batch_norm: a fused GELU on float64 (the checks refuse it)");
+  }
+}
+
+// The fused GELU's backward: out = g * gelu'(y) with y recomputed from x (the forward's arithmetic,
+// bit for bit: this file is built without contraction), rounded as a separate GELU's stored input
+// and output are for half types, so that out is the gradient a separate GELU would pass back.
+template <typename T>
+class GeluGrad {
+ public:
+  using Acc = acc_t<T>;
+  GeluGrad() = default;
+  explicit GeluGrad(const NormCoef<Acc>& k) : k_(k) {}
+  void apply(const Acc* x, const Acc* g, Acc* out, int64_t len) const {
+    if constexpr (std::is_same_v<Acc, float>) {
+      constexpr bool half = !std::is_same_v<T, float>;
+      alignas(64) float y[kGeluBlock];
+      for (int64_t s = 0; s < len; s += kGeluBlock) {
+        const int64_t n = std::min(kGeluBlock, len - s);
+        for (int64_t i = 0; i < n; ++i) y[i] = normalized(x[s + i], k_);
+        round_to_stored<T>(y, n);
+        gelu_block(y, g + s, out + s, n, half);
+        round_to_stored<T>(out + s, n);
+      }
+    } else {
+      DEMI_INTERNAL_CHECK(false, "batch_norm: a fused GELU on float64 (the checks refuse it)");
+    }
+  }
+
+ private:
+  NormCoef<Acc> k_{};
 };
 
 template <typename T, typename S>
@@ -264,6 +328,7 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
   const S* bias = a.bias.defined() ? a.bias.as<S>() : nullptr;
   const double count = static_cast<double>(g.count());
   const bool train = a.mode == BatchNormMode::Train;
+  const bool relu = a.activation == BatchNormActivation::Relu, gelu = a.activation == BatchNormActivation::Gelu;
   parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const ChannelPlanes<T> xs(x, g, c, kSlotX, train ? 3 : 1);  // eval: only the normalising pass
@@ -316,13 +381,14 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
       const NormCoef<Acc> k{hi, static_cast<Acc>(mean - static_cast<double>(hi)),
                             static_cast<Acc>(invstd * (weight ? static_cast<double>(weight[c]) : 1.0)),
                             static_cast<Acc>(bias ? static_cast<double>(bias[c]) : 0.0)};
-      if (a.relu) {
-        S* coef = a.relu_coef.as<S>();
+      if (a.activation != BatchNormActivation::None) {
+        S* coef = a.activation_coef.as<S>();
         coef[c] = k.hi, coef[g.c + c] = k.lo, coef[2 * g.c + c] = k.scale, coef[3 * g.c + c] = k.shift;
       }
       if (whole) {  // the channel at once, then rounded plane by plane
         Acc* buf = thread_scratch<Acc>(kSlotY, g.count());
-        normalize<T>(whole, buf, g.count(), k, a.relu);
+        normalize<T>(whole, buf, g.count(), k, relu);
+        if (gelu) gelu_in_place<T>(buf, g.count());
         store_channel(buf, y, g, c);
         continue;
       }
@@ -331,7 +397,8 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
         if (n + 1 < g.n) prefetch_values<1>(y + off + g.c * g.hw, g.hw);
         Acc* buf;  // y itself in fp32 / fp64
         if constexpr (std::is_same_v<T, Acc>) buf = y + off; else buf = thread_scratch<Acc>(kSlotY, g.hw);
-        normalize<T>(xs.plane(n), buf, g.hw, k, a.relu);
+        normalize<T>(xs.plane(n), buf, g.hw, k, relu);
+        if (gelu) gelu_in_place<T>(buf, g.hw);
         if constexpr (!std::is_same_v<T, Acc>) convert_n(buf, y + off, g.hw);
       }
     }
@@ -340,7 +407,8 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
 
 // grad_x = invstd * w * (g - mean(g) - xhat * mean(g * xhat)), grad_w = sum(g * xhat),
 // grad_b = sum(g), with xhat = (x - mean) * invstd from the forward's saved statistics. With a
-// fused ReLU, g is grad_output masked where the forward's y was not positive.
+// fused ReLU, g is grad_output masked where the forward's y was not positive; with a fused GELU,
+// grad_output times gelu'(y).
 template <typename T, typename S>
 void backward(const BatchNormArgs& a, const BnGeom& g) {
   using Acc = acc_t<T>;
@@ -348,7 +416,8 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
   const T* gy = a.grad_output.as<T>();
   T* gx = a.grad_input.defined() ? a.grad_input.as<T>() : nullptr;
   const S* weight = a.weight.defined() ? a.weight.as<S>() : nullptr;
-  const S* relu_coef = a.relu ? a.relu_coef.as<S>() : nullptr;
+  const S* coef = a.activation != BatchNormActivation::None ? a.activation_coef.as<S>() : nullptr;
+  const bool relu = a.activation == BatchNormActivation::Relu;
   const double count = static_cast<double>(g.count());
   parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
@@ -359,25 +428,33 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
       const Acc* x_whole = xs.widened();
       const Acc* g_whole = gs.widened();
       const bool whole = x_whole && g_whole;
-      // With a fused ReLU, the masked gradient: the whole channel once, or plane by plane in each
-      // pass (masking again is a compare per value; a channel-sized copy read back was slower).
+      // With a fused activation, the gradient of y (masked for a ReLU, times gelu'(y) for a GELU):
+      // the whole channel once, or plane by plane in each pass (masking again is a compare per
+      // value; a channel-sized copy read back was slower).
       ReluMask<T> relu_mask;
+      GeluGrad<T> gelu_grad;
       MaskedGrad<Acc> masked;
-      if (relu_coef) {
-        relu_mask = ReluMask<T>({relu_coef[c], relu_coef[g.c + c], relu_coef[2 * g.c + c], relu_coef[3 * g.c + c]});
-        masked = MaskedGrad<Acc>(whole ? g.count() : g.hw);
+      if (coef) {
+        const NormCoef<Acc> k{coef[c], coef[g.c + c], coef[2 * g.c + c], coef[3 * g.c + c]};
+        if (relu) relu_mask = ReluMask<T>(k); else gelu_grad = GeluGrad<T>(k);
+        // A GELU's gradient is kept for the second pass, plane by plane (computing it again cost
+        // more than the separate GELU's pass it replaces); a ReLU's mask is redone.
+        masked = whole ? MaskedGrad<Acc>(g.count()) : relu ? MaskedGrad<Acc>(g.hw) : MaskedGrad<Acc>(g.hw, g.n);
       }
+      auto activation_grad = [&](const Acc* xp, const Acc* gp, Acc* out, int64_t len) {
+        if (relu) relu_mask.apply(xp, gp, out, len); else gelu_grad.apply(xp, gp, out, len);
+      };
       if (whole && masked) {
         Acc* out = masked.like(g_whole);
-        relu_mask.apply(x_whole, g_whole, out, g.count());
+        activation_grad(x_whole, g_whole, out, g.count());
         g_whole = out;
       }
-      // Plane n of the gradient (masked: valid until the next call).
-      auto g_plane = [&](int64_t n, const Acc* xp) {
+      // Plane n of the gradient in pass 1 or 2 (after a ReLU: valid until the next call).
+      auto g_plane = [&](int64_t n, const Acc* xp, int pass) {
         const Acc* gn = gs.plane(n);
         if (!masked) return gn;
-        Acc* out = masked.like(gn);
-        relu_mask.apply(xp, gn, out, g.hw);
+        Acc* out = masked.like(gn, relu ? 0 : n);
+        if (relu || pass == 1) activation_grad(xp, gn, out, g.hw);
         return static_cast<const Acc*>(out);
       };
       double sum_g = 0, sum_gd = 0;  // sum(g), sum(g * (x - mean))
@@ -390,7 +467,7 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
         for (int64_t n = 0; n < g.n; ++n) {
           xs.prefetch(n + 1), gs.prefetch(n + 1);
           const ConstArrayMap<Acc> xp(xs.plane(n), g.hw);
-          const ConstArrayMap<Acc> gp(g_plane(n, xp.data()), g.hw);
+          const ConstArrayMap<Acc> gp(g_plane(n, xp.data(), 1), g.hw);
           sum_g += sum_double(gp.data(), g.hw);
           sum_gd += static_cast<double>((gp * (xp - mean_acc)).sum());
         }
@@ -413,7 +490,7 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
         const int64_t off = (n * g.c + c) * g.hw;
         if (n + 1 < g.n) prefetch_values<1>(gx + off + g.c * g.hw, g.hw);
         const ConstArrayMap<Acc> xp(xs.plane(n), g.hw);
-        const ConstArrayMap<Acc> gp(g_plane(n, xp.data()), g.hw);
+        const ConstArrayMap<Acc> gp(g_plane(n, xp.data(), 2), g.hw);
         if constexpr (std::is_same_v<T, Acc>) {
           ArrayMap<T>(gx + off, g.hw) = gp * k_g + (xp - mean_acc) * k_d + k_0;
         } else {

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/gelu.h"
 #include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
@@ -110,37 +111,23 @@ void map_unary(const T* x, T* y, int64_t n, int64_t cost, Op op) {
   });
 }
 
-// GELU on fp32 (and on half types through fp32): the normal CDF and PDF come from the ISA level's
-// vectorised kernel (isa::Gelu: erfc in double, relative error < 1.2e-7; for half types its fp32
-// variant); libm's scalar erf made GELU 11% of an AirNet step. fp64 keeps std::erf.
-constexpr int64_t kGeluBlock = 256;
-
+// GELU on fp32 (and on half types through fp32), a block at a time (gelu.h); libm's scalar erf
+// made GELU 11% of an AirNet step. fp64 keeps std::erf.
 // y = gelu(x), or with g given y = g * gelu'(x) = g * (Phi(x) + x phi(x)).
 template <typename T>
 void gelu_float(const T* x, const T* g, T* y, int64_t n) {
   parallel_for(n, 30, [&](int64_t begin, int64_t end) {
-    alignas(64) float xb[kGeluBlock], cdf[kGeluBlock], pdf[kGeluBlock], gb[kGeluBlock];
+    alignas(64) float xb[kGeluBlock], gb[kGeluBlock];
     for (int64_t s = begin; s < end; s += kGeluBlock) {
       const int64_t len = std::min(kGeluBlock, end - s);
-      // fp32 is read and written where it is; half types go through fp32 copies in xb and gb.
-      const float *xs = xb, *gs = gb;
-      float* ys = xb;
-      if constexpr (std::is_same_v<T, float>) {
-        xs = x + s;
-        gs = g ? g + s : nullptr;
-        ys = y + s;
-        isa::active().gelu.normal_cdf_pdf(xs, cdf, g ? pdf : nullptr, len);
-      } else {  // rounded to a half type next: fp32 arithmetic is enough
+      if constexpr (std::is_same_v<T, float>) {  // read and written where it is
+        gelu_block(x + s, g ? g + s : nullptr, y + s, len, false);
+      } else {  // through fp32 copies, rounded to the half type next: fp32 arithmetic is enough
         convert_n(x + s, xb, len);
         if (g) convert_n(g + s, gb, len);
-        isa::active().gelu.normal_cdf_pdf_half(xb, cdf, g ? pdf : nullptr, len);
+        gelu_block(xb, g ? gb : nullptr, xb, len, true);
+        convert_n(xb, y + s, len);
       }
-      if (g) {
-        for (int64_t i = 0; i < len; ++i) ys[i] = gs[i] * (cdf[i] + xs[i] * pdf[i]);
-      } else {
-        for (int64_t i = 0; i < len; ++i) ys[i] = xs[i] * cdf[i];
-      }
-      if constexpr (!std::is_same_v<T, float>) convert_n(xb, y + s, len);
     }
   });
 }

@@ -439,7 +439,9 @@ void CudaKernels::conv2d_backward_weight_impl(const Conv2dArgs&, const ConvGeom&
 #endif  // DEMI_HAVE_CUDNN
 
 bool CudaKernels::supports(KernelFamily family) const {
-  if (family == KernelFamily::BatchNormRelu) return false;  // batch_norm.cu has no fused ReLU yet
+  if (family == KernelFamily::BatchNormRelu || family == KernelFamily::BatchNormGelu) {
+    return false;  // batch_norm.cu has no fused activations yet
+  }
 #if DEMI_HAVE_CUDNN
   return true;
 #else

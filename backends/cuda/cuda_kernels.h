@@ -27,7 +27,7 @@ class CudaKernels final : public Kernels {
   CudaKernels& operator=(const CudaKernels&) = delete;
 
   Device device() const override { return Device::cuda(index_); }
-  bool supports(KernelFamily family) const override;  // Conv2d only with cuDNN; no BatchNormRelu (conv2d.cu)
+  bool supports(KernelFamily family) const override;  // Conv2d only with cuDNN; no BatchNormRelu or BatchNormGelu (conv2d.cu)
 
   // memory.cu
   void* raw_allocate(size_t bytes) override;

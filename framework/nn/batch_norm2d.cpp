@@ -18,11 +18,13 @@ BatchNorm2d::BatchNorm2d(const Options& o)
   DEMI_CHECK(o.num_features > 0, "nn::BatchNorm2d: num_features must be positive, got ", o.num_features);
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, false); }
+Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, Activation::None); }
 
-Tensor BatchNorm2d::forward_relu(const Tensor& x) { return run(x, true); }
+Tensor BatchNorm2d::forward_relu(const Tensor& x) { return run(x, Activation::Relu); }
 
-Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
+Tensor BatchNorm2d::forward_gelu(const Tensor& x) { return run(x, Activation::Gelu); }
+
+Tensor BatchNorm2d::run(const Tensor& x, Activation activation) {
   DEMI_CHECK(x.dim() == 4, "BatchNorm2d: input must be [N, C, H, W], got ", x.shape());
   const bool batch_stats = is_training() || !running_mean.defined();
   if (is_training() && num_batches_tracked.defined()) {
@@ -32,8 +34,12 @@ Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
   o.training = batch_stats;
   o.momentum = options_.momentum;
   o.eps = options_.eps;
-  return relu ? batch_norm_relu(x, running_mean, running_var, weight, bias, o)
-              : batch_norm(x, running_mean, running_var, weight, bias, o);
+  switch (activation) {
+    case Activation::Relu: return batch_norm_relu(x, running_mean, running_var, weight, bias, o);
+    case Activation::Gelu: return batch_norm_gelu(x, running_mean, running_var, weight, bias, o);
+    case Activation::None: break;
+  }
+  return batch_norm(x, running_mean, running_var, weight, bias, o);
 }
 
 Module& BatchNorm2d::to(DType dtype) {

@@ -19,9 +19,11 @@ class BatchNorm2d : public Module {
   // libtorch's short form: BatchNorm2d(num_features).
   explicit BatchNorm2d(int64_t num_features) : BatchNorm2d(Options{num_features}) {}
   Tensor forward(const Tensor& x) override;
-  // relu(forward(x)) as one op where the device fuses them (demi::batch_norm_relu): the same
-  // values, two fewer passes over memory. nn::Sequential calls it for a BatchNorm2d then a ReLU.
+  // relu(forward(x)) and gelu(forward(x)) as one op where the device fuses them
+  // (demi::batch_norm_relu, demi::batch_norm_gelu): the same values, fewer passes over memory.
+  // nn::Sequential calls them for a BatchNorm2d then a ReLU or a GELU.
   Tensor forward_relu(const Tensor& x);
+  Tensor forward_gelu(const Tensor& x);
   // Parameters and buffers stay fp32 for half dtypes (float64 follows, for gradcheck).
   Module& to(DType dtype) override;
 
@@ -33,7 +35,8 @@ class BatchNorm2d : public Module {
   Tensor& num_batches_tracked;
 
  private:
-  Tensor run(const Tensor& x, bool relu);
+  enum class Activation { None, Relu, Gelu };
+  Tensor run(const Tensor& x, Activation activation);
 
   Options options_;
 };

@@ -9,6 +9,7 @@ namespace demi::nn::functional {
 using demi::avg_pool2d;
 using demi::batch_norm;
 using demi::batch_norm_relu;
+using demi::batch_norm_gelu;
 using demi::BatchNormOptions;
 using demi::conv2d;
 using demi::cross_entropy;

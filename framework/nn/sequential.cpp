@@ -1,4 +1,4 @@
-// nn::Sequential's forward, which fuses a BatchNorm2d and the ReLU after it.
+// nn::Sequential's forward, which fuses a BatchNorm2d and the ReLU or GELU after it.
 #include "framework/nn/sequential.h"
 
 #include <typeinfo>
@@ -13,8 +13,9 @@ Tensor Sequential::forward(const Tensor& x) {
   for (size_t i = 0; i < children_.size(); ++i) {
     Module& module = *children_[i].second;
     const Module* next = i + 1 < children_.size() ? children_[i + 1].second.get() : nullptr;
-    if (next && typeid(module) == typeid(BatchNorm2d) && typeid(*next) == typeid(ReLU)) {
-      y = static_cast<BatchNorm2d&>(module).forward_relu(y);
+    if (next && typeid(module) == typeid(BatchNorm2d) && (typeid(*next) == typeid(ReLU) || typeid(*next) == typeid(GELU))) {
+      auto& bn = static_cast<BatchNorm2d&>(module);
+      y = typeid(*next) == typeid(ReLU) ? bn.forward_relu(y) : bn.forward_gelu(y);
       ++i;
       continue;
     }

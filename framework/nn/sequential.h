@@ -19,8 +19,9 @@ class Sequential : public Module {
   template <typename M, typename... Args> Sequential& emplace(Args&&... args) {
     return add(std::make_shared<M>(std::forward<Args>(args)...));
   }
-  // A BatchNorm2d directly followed by a ReLU (both exactly those classes, not subclasses such as
-  // SyncBatchNorm) runs as BatchNorm2d::forward_relu: the same values, one op instead of two.
+  // A BatchNorm2d directly followed by a ReLU or a GELU (exactly those classes, not subclasses such
+  // as SyncBatchNorm) runs as BatchNorm2d::forward_relu / forward_gelu: the same values, one op
+  // instead of two.
   Tensor forward(const Tensor& x) override;
   size_t size() const { return children_.size(); }
   Module& operator[](size_t i) { return *children_.at(i).second; }

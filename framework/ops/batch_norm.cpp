@@ -1,18 +1,21 @@
 // batch_norm over channel dim 1 of [N, C] or [N, C, H, W]. Statistics and affine parameters are
 // fp32 (float64 for float64 input) whatever the input dtype; the output has the input's dtype.
 // Training: batch statistics, running stats updated in place, fused backward kernel. Eval: running
-// statistics; its backward is built from ops (an affine map per channel). batch_norm_relu is
-// relu(batch_norm(...)) with the ReLU inside the batch norm's kernels where the device has them
-// (training on the CPU): bit for bit the same values, without the ReLU's two passes over memory.
+// statistics; its backward is built from ops (an affine map per channel). batch_norm_relu and
+// batch_norm_gelu are relu(batch_norm(...)) and gelu(batch_norm(...)) with the activation inside the
+// batch norm's kernels where the device has them (training on the CPU): bit for bit the same values,
+// without the activation's passes over memory, and without the activation's saved input.
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/factories.h"
 
 namespace demi::ops {
 
-template <bool kRelu>
+template <backend::BatchNormActivation kAct>
 struct BatchNormOp {
-  static constexpr const char* kName = kRelu ? "batch_norm_relu" : "batch_norm";
+  static constexpr const char* kName = kAct == backend::BatchNormActivation::Relu   ? "batch_norm_relu"
+                                       : kAct == backend::BatchNormActivation::Gelu ? "batch_norm_gelu"
+                                                                                    : "batch_norm";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
 
   static Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
@@ -30,11 +33,11 @@ struct BatchNormOp {
     if (running_var.defined()) args.running_var = running_var.ref();
     args.momentum = options.momentum;
     args.eps = options.eps;
-    Tensor save_mean, save_invstd, relu_coef;
-    if constexpr (kRelu) {  // the caller checked: training, and a device with the fused kernels
-      relu_coef = empty({4, channels}, stat_dtype, x.device());
-      args.relu = true;
-      args.relu_coef = relu_coef.ref();
+    Tensor save_mean, save_invstd, activation_coef;
+    if constexpr (kAct != backend::BatchNormActivation::None) {  // the caller checked: training, a device with the kernels
+      activation_coef = empty({4, channels}, stat_dtype, x.device());
+      args.activation = kAct;
+      args.activation_coef = activation_coef.ref();
     }
     if (options.training) {
       save_mean = empty({channels}, stat_dtype, x.device());
@@ -51,7 +54,7 @@ struct BatchNormOp {
     ctx.save(weight);
     ctx.save(save_mean);
     ctx.save(save_invstd);
-    ctx.save(relu_coef);
+    ctx.save(activation_coef);
     ctx.set_attrs(options);
     return y;
   }
@@ -64,9 +67,9 @@ struct BatchNormOp {
     TensorList grads(5);
     if (ctx.attrs<BatchNormOptions>().training) {
       backend::BatchNormArgs args;
-      if constexpr (kRelu) {
-        args.relu = true;
-        args.relu_coef = ctx.saved(4).ref();
+      if constexpr (kAct != backend::BatchNormActivation::None) {
+        args.activation = kAct;
+        args.activation_coef = ctx.saved(4).ref();
       }
       args.input = x.ref();
       args.grad_output = grad_y.ref();
@@ -104,10 +107,12 @@ struct BatchNormOp {
     return grads;
   }
 };
-using BatchNorm = BatchNormOp<false>;
-using BatchNormRelu = BatchNormOp<true>;
+using BatchNorm = BatchNormOp<backend::BatchNormActivation::None>;
+using BatchNormRelu = BatchNormOp<backend::BatchNormActivation::Relu>;
+using BatchNormGelu = BatchNormOp<backend::BatchNormActivation::Gelu>;
 DEMI_REGISTER_OP(BatchNorm)
 DEMI_REGISTER_OP(BatchNormRelu)
+DEMI_REGISTER_OP(BatchNormGelu)
 
 }  // namespace demi::ops
 
@@ -167,6 +172,16 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
     return relu(ops::apply<ops::BatchNorm>(x, running_mean, running_var, weight, bias, options));
   }
   return ops::apply<ops::BatchNormRelu>(x, running_mean, running_var, weight, bias, options);
+}
+
+Tensor batch_norm_gelu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, const BatchNormOptions& options) {
+  check_batch_norm(x, running_mean, running_var, weight, bias, options);
+  if (x.numel() == 0) return gelu(empty_batch_norm(x, weight, bias));
+  if (!options.training || x.dtype() == DType::F64 || !kernels(x).supports(backend::KernelFamily::BatchNormGelu)) {
+    return gelu(ops::apply<ops::BatchNorm>(x, running_mean, running_var, weight, bias, options));
+  }
+  return ops::apply<ops::BatchNormGelu>(x, running_mean, running_var, weight, bias, options);
 }
 
 }  // namespace demi

@@ -111,6 +111,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 // nn::Sequential calls it for a BatchNorm2d followed by a ReLU.
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, const BatchNormOptions& options);
+// gelu(batch_norm(...)) the same way ("batch_norm_gelu"; fp32 and half inputs, else the two ops),
+// which also spares the GELU's saved input. nn::Sequential calls it for a BatchNorm2d then a GELU.
+Tensor batch_norm_gelu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, const BatchNormOptions& options);
 
 // Over the last dimension (dim must be -1 or dim() - 1).
 Tensor softmax(const Tensor& x, int64_t dim = -1);

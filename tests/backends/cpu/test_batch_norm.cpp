@@ -36,6 +36,8 @@ const Case kCases[] = {
     {"nchw_channel_past_one_block", {5, 3, 15, 15}, true, 50.0, 2.0},
     // 7x7 planes: fp32 gathers the channel too (planes under 100 values), 1960 values, two blocks.
     {"nchw_small_planes_past_one_block", {40, 2, 7, 7}, true, 50.0, 2.0},
+    // 17x17 planes, one by one in fp32: each longer than a block of the GELU kernel (gelu.h).
+    {"nchw_planes_past_a_gelu_block", {3, 2, 17, 17}, true, 0.0, 1.5},
 };
 
 std::string describe(const Case& c, DType dtype) {
@@ -178,14 +180,15 @@ void expect_same_bits(const HostTensor& got, const HostTensor& want, const char*
                        << ": " << (first < 0 ? 0 : got.get(first)) << " vs " << (first < 0 ? 0 : want.get(first));
 }
 
-// relu = true against batch_norm, then the ReLU kernels (forward: unary Relu; backward: binary
-// ReluBackward on the ReLU's output, then batch_norm_backward): the same bits everywhere, with
-// weights of both signs (the backward's mask is a threshold on x whose side follows the sign).
-// `kink` puts a third of each channel exactly on its mean, zero weights among them, and biases
-// on either side of the values that round to zero in half types, so y lands on, inside and just
-// outside that band.
-void run_fused_relu_case(const Case& cs, DType dtype, bool kink) {
-  SCOPED_TRACE(describe(cs, dtype) + (kink ? " kink" : ""));
+// A fused activation against batch_norm, then the activation's own kernels (ReLU: unary Relu, and
+// binary ReluBackward on the ReLU's output; GELU: unary Gelu, and binary GeluBackward on its input,
+// batch norm's y), then batch_norm_backward: the same bits everywhere, with weights of both signs
+// (the ReLU's backward mask is a threshold on x whose side follows the sign). `kink` puts a third
+// of each channel exactly on its mean, zero weights among them, and biases on either side of the
+// values that round to zero in half types, so y lands on, inside and just outside that band.
+void run_fused_case(const Case& cs, DType dtype, BatchNormActivation act, bool kink) {
+  const bool relu = act == BatchNormActivation::Relu;
+  SCOPED_TRACE(describe(cs, dtype) + (relu ? " relu" : " gelu") + (kink ? " kink" : ""));
   const DType sd = dtype == DType::F64 ? DType::F64 : DType::F32;
   const int64_t c = cs.shape[1];
   std::mt19937 rng(11);
@@ -202,13 +205,13 @@ void run_fused_relu_case(const Case& cs, DType dtype, bool kink) {
     for (int64_t i = 0; i < c; ++i) b.set(i, biases[i % std::size(biases)]);
   }
   Kernels& k = kernels_for(Device::cpu());
-  auto forward = [&](bool relu, HostTensor& y, HostTensor& mean, HostTensor& invstd, HostTensor& rm, HostTensor& rv,
+  auto forward = [&](bool fused, HostTensor& y, HostTensor& mean, HostTensor& invstd, HostTensor& rm, HostTensor& rv,
                      HostTensor& coef) {
     BatchNormArgs args;
     args.input = x.ref(), args.output = y.ref(), args.weight = w.ref(), args.bias = b.ref();
     args.running_mean = rm.ref(), args.running_var = rv.ref();
     args.save_mean = mean.ref(), args.save_invstd = invstd.ref();
-    if (relu) args.relu = true, args.relu_coef = coef.ref();
+    if (fused) args.activation = act, args.activation_coef = coef.ref();
     k.batch_norm_forward(args);
   };
   HostTensor y(dtype, cs.shape), z(dtype, cs.shape), fused(dtype, cs.shape), coef(sd, {4, c});
@@ -216,7 +219,7 @@ void run_fused_relu_case(const Case& cs, DType dtype, bool kink) {
   HostTensor fused_mean(sd, {c}), fused_invstd(sd, {c}), fused_rm(sd, {c}), fused_rv(sd, {c});
   rm.fill(0.25), rv.fill(2.0), fused_rm.fill(0.25), fused_rv.fill(2.0);
   forward(false, y, mean, invstd, rm, rv, coef);
-  k.unary(UnaryKind::Relu, y.ref(), z.ref());
+  k.unary(relu ? UnaryKind::Relu : UnaryKind::Gelu, y.ref(), z.ref());
   forward(true, fused, fused_mean, fused_invstd, fused_rm, fused_rv, coef);
   expect_same_bits(fused, z, "forward");
   expect_same_bits(fused_mean, mean, "save_mean");
@@ -224,18 +227,22 @@ void run_fused_relu_case(const Case& cs, DType dtype, bool kink) {
   expect_same_bits(fused_rm, rm, "running_mean");
   expect_same_bits(fused_rv, rv, "running_var");
 
-  HostTensor g_relu(dtype, cs.shape), gx(dtype, cs.shape), gw(sd, {c}), gb(sd, {c});
+  HostTensor g_act(dtype, cs.shape), gx(dtype, cs.shape), gw(sd, {c}), gb(sd, {c});
   HostTensor fused_gx(dtype, cs.shape), fused_gw(sd, {c}), fused_gb(sd, {c});
-  k.binary(BinaryKind::ReluBackward, gy.ref(), z.ref(), g_relu.ref());
-  auto backward = [&](bool relu, const HostTensor& grad, HostTensor& gxo, HostTensor& gwo, HostTensor& gbo) {
+  if (relu) {
+    k.binary(BinaryKind::ReluBackward, gy.ref(), z.ref(), g_act.ref());
+  } else {
+    k.binary(BinaryKind::GeluBackward, gy.ref(), y.ref(), g_act.ref());
+  }
+  auto backward = [&](bool fused, const HostTensor& grad, HostTensor& gxo, HostTensor& gwo, HostTensor& gbo) {
     BatchNormArgs bw;
     bw.input = x.ref(), bw.grad_output = const_cast<HostTensor&>(grad).ref(), bw.weight = w.ref();
     bw.save_mean = mean.ref(), bw.save_invstd = invstd.ref();
     bw.grad_input = gxo.ref(), bw.grad_weight = gwo.ref(), bw.grad_bias = gbo.ref();
-    if (relu) bw.relu = true, bw.relu_coef = coef.ref();
+    if (fused) bw.activation = act, bw.activation_coef = coef.ref();
     k.batch_norm_backward(bw);
   };
-  backward(false, g_relu, gx, gw, gb);
+  backward(false, g_act, gx, gw, gb);
   backward(true, gy, fused_gx, fused_gw, fused_gb);
   expect_same_bits(fused_gx, gx, "grad_input");
   expect_same_bits(fused_gw, gw, "grad_weight");
@@ -245,8 +252,17 @@ void run_fused_relu_case(const Case& cs, DType dtype, bool kink) {
 TEST_P(BatchNormParity, FusedReluIsTheSeparateReluBitForBit) {
   for (const Case& c : kCases) {
     if (c.shape.size() != 4) continue;  // the fused ReLU follows BatchNorm2d
-    run_fused_relu_case(c, GetParam(), false);
-    run_fused_relu_case(c, GetParam(), true);
+    run_fused_case(c, GetParam(), BatchNormActivation::Relu, false);
+    run_fused_case(c, GetParam(), BatchNormActivation::Relu, true);
+  }
+}
+
+TEST_P(BatchNormParity, FusedGeluIsTheSeparateGeluBitForBit) {
+  if (GetParam() == DType::F64) GTEST_SKIP() << "a fused GELU takes fp32 and half inputs (RejectsBadArguments)";
+  for (const Case& c : kCases) {
+    if (c.shape.size() != 4) continue;
+    run_fused_case(c, GetParam(), BatchNormActivation::Gelu, false);
+    run_fused_case(c, GetParam(), BatchNormActivation::Gelu, true);
   }
 }
 
@@ -319,14 +335,25 @@ TEST(BatchNorm, RejectsBadArguments) {
   EXPECT_THROW(k.batch_norm_forward(args), Error);  // eval without running statistics
   HostTensor coef(DType::F32, {4, 3}), coef_short(DType::F32, {3, 3});
   args = BatchNormArgs{};
-  args.input = x.ref(), args.output = y.ref(), args.relu = true;
-  EXPECT_THROW(k.batch_norm_forward(args), Error);  // a fused ReLU without relu_coef
-  args.relu_coef = coef_short.ref();
-  EXPECT_THROW(k.batch_norm_forward(args), Error);  // relu_coef not [4, C]
-  args.relu_coef = coef.ref();
+  args.input = x.ref(), args.output = y.ref(), args.activation = BatchNormActivation::Relu;
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // a fused ReLU without activation_coef
+  args.activation_coef = coef_short.ref();
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // activation_coef not [4, C]
+  args.activation_coef = coef.ref();
+  EXPECT_NO_THROW(k.batch_norm_forward(args));
+  args.activation = BatchNormActivation::Gelu;
   EXPECT_NO_THROW(k.batch_norm_forward(args));
   args.mode = BatchNormMode::Eval;
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // fused GELU in eval mode
+  args.activation = BatchNormActivation::Relu;
   EXPECT_THROW(k.batch_norm_forward(args), Error);  // fused ReLU in eval mode
+  HostTensor x64(DType::F64, {4, 3, 2, 2}), y64(DType::F64, {4, 3, 2, 2}), coef64(DType::F64, {4, 3});
+  args = BatchNormArgs{};
+  args.input = x64.ref(), args.output = y64.ref(), args.activation_coef = coef64.ref();
+  args.activation = BatchNormActivation::Relu;
+  EXPECT_NO_THROW(k.batch_norm_forward(args));
+  args.activation = BatchNormActivation::Gelu;
+  EXPECT_THROW(k.batch_norm_forward(args), Error);  // fp64: gelu after batch_norm instead
 }
 
 }  // namespace

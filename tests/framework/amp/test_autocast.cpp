@@ -46,6 +46,7 @@ std::map<std::string, std::function<Tensor()>> op_calls() {
       {"avg_pool2d", [=] { return avg_pool2d(x, 2); }},
       {"batch_norm", [=] { return batch_norm(x, Tensor(), Tensor(), ones({3}), zeros({3}), {true}); }},
       {"batch_norm_relu", [=] { return batch_norm_relu(x, Tensor(), Tensor(), ones({3}), zeros({3}), {true}); }},
+      {"batch_norm_gelu", [=] { return batch_norm_gelu(x, Tensor(), Tensor(), ones({3}), zeros({3}), {true}); }},
       {"softmax", [=] { return softmax(v); }},
       {"log_softmax", [=] { return log_softmax(v); }},
       {"cross_entropy", [=] { return cross_entropy(v, labels); }},
@@ -80,7 +81,7 @@ TEST(Autocast, CategoriesFollowPyTorchsLists) {
   for (const char* op : {"softmax", "log_softmax", "cross_entropy", "exp", "log", "pow", "sum", "mean"})
     EXPECT_EQ(amp::autocast_category(op), Category::Fp32) << op;
   for (const char* op : {"add", "sub", "mul", "div"}) EXPECT_EQ(amp::autocast_category(op), Category::Promote) << op;
-  for (const char* op : {"batch_norm", "batch_norm_relu", "relu", "gelu", "max_pool2d", "avg_pool2d"})
+  for (const char* op : {"batch_norm", "batch_norm_relu", "batch_norm_gelu", "relu", "gelu", "max_pool2d", "avg_pool2d"})
     EXPECT_EQ(amp::autocast_category(op), Category::Unchanged) << op;
   EXPECT_THROW(amp::autocast_category("conv3d"), Error);
   EXPECT_THAT(amp::policy_table(), testing::HasSubstr("conv2d          lower_precision  bfloat16        float16"));

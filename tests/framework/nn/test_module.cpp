@@ -147,38 +147,47 @@ class ShiftedBatchNorm : public nn::BatchNorm2d {
   Tensor forward(const Tensor& x) override { return nn::BatchNorm2d::forward(x) - 0.5; }
 };
 
-TEST(Sequential, FusesBatchNormWithTheReluAfterItForTheSameValues) {
-  for (const DType dtype : {DType::F32, DType::BF16}) {
-    SCOPED_TRACE(dtype_name(dtype));
-    Generator gen(5);
-    const Tensor x0 = (randn({6, 4, 5, 5}, gen) * 2.0 + 0.5).to(dtype);
-    nn::Sequential fused;
-    fused.emplace<nn::BatchNorm2d>(4).emplace<nn::ReLU>();
-    nn::BatchNorm2d alone(4);
-    auto& bn = static_cast<nn::BatchNorm2d&>(fused[0]);
-    for (nn::BatchNorm2d* m : {&bn, &alone}) {
-      NoGradGuard no_grad;
-      m->weight.copy_(tensor(std::vector<float>{1.5f, 0.5f, -1.0f, 1.0f}, {4}));
-      m->bias.copy_(tensor(std::vector<float>{0.1f, -0.2f, 0.0f, 0.3f}, {4}));
-    }
-    const Tensor x1 = x0.detach().requires_grad_(), x2 = x0.detach().requires_grad_();
-    const Tensor y1 = fused(x1), y2 = relu(alone(x2));
-    ASSERT_TRUE(y1.grad_fn());
-    EXPECT_STREQ(y1.grad_fn()->name(), "batch_norm_relu");  // one op on the CPU
-    EXPECT_EQ(y1.to_vector<float>(), y2.to_vector<float>());
-    const Tensor w = randn({6, 4, 5, 5}, gen);
-    sum(y1 * w.to(dtype)).backward();
-    sum(y2 * w.to(dtype)).backward();
-    EXPECT_EQ(x1.grad().to_vector<float>(), x2.grad().to_vector<float>());
-    EXPECT_EQ(bn.weight.grad().to_vector<float>(), alone.weight.grad().to_vector<float>());
-    EXPECT_EQ(bn.bias.grad().to_vector<float>(), alone.bias.grad().to_vector<float>());
-    EXPECT_EQ(bn.running_mean.to_vector<float>(), alone.running_mean.to_vector<float>());
-    EXPECT_EQ(bn.running_var.to_vector<float>(), alone.running_var.to_vector<float>());
-    EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
-    // Eval: running statistics, relu(batch_norm) as two ops, still the same values.
-    fused.eval(), alone.eval();
-    const Tensor e1 = fused(x0), e2 = relu(alone(x0));
-    EXPECT_EQ(e1.to_vector<float>(), e2.to_vector<float>());
+// A BatchNorm2d then a ReLU or a GELU runs as one op (batch_norm_relu, batch_norm_gelu) with the
+// values and gradients of the two ops, bit for bit, in fp32 and in the half types.
+void expect_fused_like_separate(DType dtype, bool gelu) {
+  SCOPED_TRACE(std::string(dtype_name(dtype)) + (gelu ? " gelu" : " relu"));
+  Generator gen(5);
+  const Tensor x0 = (randn({6, 4, 5, 5}, gen) * 2.0 + 0.5).to(dtype);
+  nn::Sequential fused;
+  fused.emplace<nn::BatchNorm2d>(4);
+  if (gelu) fused.emplace<nn::GELU>(); else fused.emplace<nn::ReLU>();
+  auto activation = [gelu](const Tensor& t) { return gelu ? demi::gelu(t) : relu(t); };
+  nn::BatchNorm2d alone(4);
+  auto& bn = static_cast<nn::BatchNorm2d&>(fused[0]);
+  for (nn::BatchNorm2d* m : {&bn, &alone}) {
+    NoGradGuard no_grad;
+    m->weight.copy_(tensor(std::vector<float>{1.5f, 0.5f, -1.0f, 1.0f}, {4}));
+    m->bias.copy_(tensor(std::vector<float>{0.1f, -0.2f, 0.0f, 0.3f}, {4}));
+  }
+  const Tensor x1 = x0.detach().requires_grad_(), x2 = x0.detach().requires_grad_();
+  const Tensor y1 = fused(x1), y2 = activation(alone(x2));
+  ASSERT_TRUE(y1.grad_fn());
+  EXPECT_STREQ(y1.grad_fn()->name(), gelu ? "batch_norm_gelu" : "batch_norm_relu");  // one op on the CPU
+  EXPECT_EQ(y1.to_vector<float>(), y2.to_vector<float>());
+  const Tensor w = randn({6, 4, 5, 5}, gen);
+  sum(y1 * w.to(dtype)).backward();
+  sum(y2 * w.to(dtype)).backward();
+  EXPECT_EQ(x1.grad().to_vector<float>(), x2.grad().to_vector<float>());
+  EXPECT_EQ(bn.weight.grad().to_vector<float>(), alone.weight.grad().to_vector<float>());
+  EXPECT_EQ(bn.bias.grad().to_vector<float>(), alone.bias.grad().to_vector<float>());
+  EXPECT_EQ(bn.running_mean.to_vector<float>(), alone.running_mean.to_vector<float>());
+  EXPECT_EQ(bn.running_var.to_vector<float>(), alone.running_var.to_vector<float>());
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  // Eval: running statistics, the activation after batch_norm as two ops, still the same values.
+  fused.eval(), alone.eval();
+  const Tensor e1 = fused(x0), e2 = activation(alone(x0));
+  EXPECT_EQ(e1.to_vector<float>(), e2.to_vector<float>());
+}
+
+TEST(Sequential, FusesBatchNormWithTheReluOrGeluAfterItForTheSameValues) {
+  for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    expect_fused_like_separate(dtype, false);
+    expect_fused_like_separate(dtype, true);
   }
 }
 

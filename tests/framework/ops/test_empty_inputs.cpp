@@ -23,12 +23,14 @@ struct EmptyCase {
 };
 
 std::vector<EmptyCase> cases() {
-  auto bn = [](bool relu) {
-    return [relu](const std::vector<Tensor>& in) {
+  auto bn = [](int act) {  // 0 none, 1 relu, 2 gelu
+    return [act](const std::vector<Tensor>& in) {
       BatchNormOptions o;
       o.training = true;
       const Tensor rm = zeros({3}) + 0.25, rv = zeros({3}) + 2.0;
-      const Tensor y = relu ? batch_norm_relu(in[0], rm, rv, in[1], in[2], o) : batch_norm(in[0], rm, rv, in[1], in[2], o);
+      const Tensor y = act == 1   ? batch_norm_relu(in[0], rm, rv, in[1], in[2], o)
+                       : act == 2 ? batch_norm_gelu(in[0], rm, rv, in[1], in[2], o)
+                                  : batch_norm(in[0], rm, rv, in[1], in[2], o);
       EXPECT_EQ(rm.to_vector<float>(), std::vector<float>(3, 0.25f)) << "running mean changed";
       EXPECT_EQ(rv.to_vector<float>(), std::vector<float>(3, 2.0f)) << "running var changed";
       return y;
@@ -65,9 +67,10 @@ std::vector<EmptyCase> cases() {
        [](auto& in) { return conv2d(in[0], in[1], in[2], 1, 1); }, {2, 5, 8, 8}, 128.0f},
       {"max_pool2d", {{0, 3, 8, 8}}, [](auto& in) { return max_pool2d(in[0], 2); }, {0, 3, 4, 4}},
       {"avg_pool2d", {{0, 3, 8, 8}}, [](auto& in) { return avg_pool2d(in[0], 2); }, {0, 3, 4, 4}},
-      {"batch_norm (no images)", {{0, 3, 4, 4}, {3}, {3}}, bn(false), {0, 3, 4, 4}},
-      {"batch_norm (no rows)", {{2, 3, 0, 4}, {3}, {3}}, bn(false), {2, 3, 0, 4}},
-      {"batch_norm_relu (no images)", {{0, 3, 4, 4}, {3}, {3}}, bn(true), {0, 3, 4, 4}},
+      {"batch_norm (no images)", {{0, 3, 4, 4}, {3}, {3}}, bn(0), {0, 3, 4, 4}},
+      {"batch_norm (no rows)", {{2, 3, 0, 4}, {3}, {3}}, bn(0), {2, 3, 0, 4}},
+      {"batch_norm_relu (no images)", {{0, 3, 4, 4}, {3}, {3}}, bn(1), {0, 3, 4, 4}},
+      {"batch_norm_gelu (no images)", {{0, 3, 4, 4}, {3}, {3}}, bn(2), {0, 3, 4, 4}},
       {"softmax", {{0, 10}}, [](auto& in) { return softmax(in[0]); }, {0, 10}},
       {"log_softmax", {{0, 10}}, [](auto& in) { return log_softmax(in[0]); }, {0, 10}},
   };

@@ -52,8 +52,10 @@ Tensor make_input(const Shape& shape, Domain domain, Generator& gen) {
 std::vector<GradCase> cases() {
   const Tensor labels4 = tensor(std::vector<int64_t>{2, 0, 4, 1}, {4});
   const Tensor labels1 = tensor(std::vector<int64_t>{3}, {1});
-  auto bn = [](bool training, bool affine, bool relu = false) {
-    return [training, affine, relu](const std::vector<Tensor>& in) {
+  // act: 0 none, 1 relu, 2 gelu (fp64, as gradcheck runs, takes gelu(batch_norm) as two ops; the
+  // low-precision comparison below runs the fused kernels)
+  auto bn = [](bool training, bool affine, int act = 0) {
+    return [training, affine, act](const std::vector<Tensor>& in) {
       const int64_t c = in[0].size(1);
       Generator g(3);
       const DType stat = in[0].dtype() == DType::F64 ? DType::F64 : DType::F32;
@@ -62,7 +64,9 @@ std::vector<GradCase> cases() {
       BatchNormOptions o;
       o.training = training;
       const Tensor w = affine ? in[1] : Tensor(), b = affine ? in[2] : Tensor();
-      return relu ? batch_norm_relu(in[0], rm, rv, w, b, o) : batch_norm(in[0], rm, rv, w, b, o);
+      if (act == 1) return batch_norm_relu(in[0], rm, rv, w, b, o);
+      if (act == 2) return batch_norm_gelu(in[0], rm, rv, w, b, o);
+      return batch_norm(in[0], rm, rv, w, b, o);
     };
   };
   return {
@@ -116,9 +120,12 @@ std::vector<GradCase> cases() {
       {"batch_norm_train_2d", "batch_norm", {{5, 4}, {4}, {4}}, bn(true, true)},
       {"batch_norm_train_no_affine", "batch_norm", {{3, 2, 2, 2}}, bn(true, false)},
       {"batch_norm_eval", "batch_norm", {{2, 3, 2, 2}, {3}, {3}}, bn(false, true)},
-      {"batch_norm_relu_train", "batch_norm_relu", {{4, 3, 2, 3}, {3}, {3}}, bn(true, true, true)},
-      {"batch_norm_relu_no_affine", "batch_norm_relu", {{3, 2, 2, 2}}, bn(true, false, true)},
-      {"batch_norm_relu_eval", "batch_norm", {{2, 3, 2, 2}, {3}, {3}}, bn(false, true, true)},
+      {"batch_norm_relu_train", "batch_norm_relu", {{4, 3, 2, 3}, {3}, {3}}, bn(true, true, 1)},
+      {"batch_norm_relu_no_affine", "batch_norm_relu", {{3, 2, 2, 2}}, bn(true, false, 1)},
+      {"batch_norm_relu_eval", "batch_norm", {{2, 3, 2, 2}, {3}, {3}}, bn(false, true, 1)},
+      {"batch_norm_gelu_train", "batch_norm_gelu", {{4, 3, 2, 3}, {3}, {3}}, bn(true, true, 2)},
+      {"batch_norm_gelu_no_affine", "batch_norm_gelu", {{3, 2, 2, 2}}, bn(true, false, 2)},
+      {"batch_norm_gelu_eval", "batch_norm", {{2, 3, 2, 2}, {3}, {3}}, bn(false, true, 2)},
       {"softmax", "softmax", {{3, 5}}, [](auto& in) { return softmax(in[0]); }},
       {"softmax_3d", "softmax", {{2, 3, 4}}, [](auto& in) { return softmax(in[0], 2); }},
       {"log_softmax", "log_softmax", {{3, 5}}, [](auto& in) { return log_softmax(in[0]); }},
@@ -204,7 +211,7 @@ TEST_P(GradCheck, LowerPrecisionForwardMatchesF64) {
     }
     NoGradGuard no_grad;
     // normalisation parameters stay fp32 for half inputs
-    if ((c.op == "batch_norm" || c.op == "batch_norm_relu") && dtype != DType::F32) {
+    if ((c.op == "batch_norm" || c.op == "batch_norm_relu" || c.op == "batch_norm_gelu") && dtype != DType::F32) {
       for (size_t i = 1; i < low.size(); ++i) low[i] = low[i].to(DType::F32);
     }
     const std::vector<double> expected = c.fn(ref).to_vector<double>();

@@ -80,6 +80,14 @@ std::vector<OpCase> cases() {
          return batch_norm_relu(in[0], Tensor(), Tensor(), in[1], in[2], o);
        },
        false, 1},
+      // Fused on the CPU, gelu(batch_norm) on CUDA.
+      {"batch_norm_gelu", {{8, 6, 5, 5}, {6}, {6}},
+       [](auto& in) {
+         BatchNormOptions o;
+         o.training = true;
+         return batch_norm_gelu(in[0], Tensor(), Tensor(), in[1], in[2], o);
+       },
+       false, 1},
       {"softmax", {{9, 1000}}, [](auto& in) { return softmax(in[0]); }},
       {"log_softmax", {{9, 10}}, [](auto& in) { return log_softmax(in[0]); }},
       {"cross_entropy", {{33, 10}},
