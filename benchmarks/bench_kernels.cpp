@@ -213,10 +213,9 @@ BENCHMARK_CAPTURE(BM_ConvAirNet, f32, DType::F32)->UseRealTime()->MeasureProcess
 BENCHMARK_CAPTURE(BM_ConvAirNet, bf16, DType::BF16)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
 // The 2x2 max-pools at batch 128 (inputs [128, C, HW, HW]), forward and backward: GB/s of the input
-// (forward reads it, backward writes its gradient). The first kSmallCnnPools are SmallCNN's, the
-// rest AirNet's, whose planes have odd sizes.
+// (forward reads it, backward writes its gradient). The first three are SmallCNN's, the rest
+// AirNet's, whose planes have odd sizes.
 constexpr ConvShape kPools[] = {{32, 32, 32}, {64, 64, 16}, {128, 128, 8}, {64, 64, 31}, {256, 256, 15}, {256, 256, 7}};
-constexpr int64_t kSmallCnnPools = 3;
 
 void BM_MaxPool(benchmark::State& state, DType dtype, Pass pass) {
   const ConvShape& s = kPools[state.range(0)];
@@ -246,11 +245,13 @@ BENCHMARK_CAPTURE(BM_MaxPool, bf16_backward, DType::BF16, Pass::BackwardData)->A
 
 // The batch norms at batch 128 ([128, C, HW, HW]), training forward and backward (grad_input,
 // grad_weight, grad_bias): GB/s of x (and grad_y) read once. SmallCNN's first (the max-pools'
-// inputs), then AirNet's (after its pools: two each). *_relu: with the ReLU fused (SmallCNN's).
+// inputs), then AirNet's (after its pools: two each). *_relu: with the ReLU fused (SmallCNN's);
+// *_gelu: with the GELU fused (AirNet's).
 constexpr ConvShape kBatchNorms[] = {{32, 32, 32}, {64, 64, 16}, {128, 128, 8}, {64, 64, 15}, {256, 256, 7}, {256, 256, 3}};
 enum class BnPass { Forward, Backward };
 
-void BM_BatchNorm(benchmark::State& state, DType dtype, BnPass pass, bool relu = false) {
+void BM_BatchNorm(benchmark::State& state, DType dtype, BnPass pass,
+                  BatchNormActivation activation = BatchNormActivation::None) {
   const ConvShape& s = kBatchNorms[state.range(0)];
   const Shape shape{kBatch, s.c, s.hw, s.hw};
   Buffer x(dtype, shape), y(dtype, shape), gy(dtype, shape), gx(dtype, shape);
@@ -261,8 +262,8 @@ void BM_BatchNorm(benchmark::State& state, DType dtype, BnPass pass, bool relu =
   args.running_mean = rmean.ref(), args.running_var = rvar.ref();
   args.save_mean = mean.ref(), args.save_invstd = invstd.ref();
   args.grad_output = gy.ref(), args.grad_input = gx.ref(), args.grad_weight = gw.ref(), args.grad_bias = gb.ref();
-  Buffer relu_coef(DType::F32, {4, s.c});
-  if (relu) args.activation = BatchNormActivation::Relu, args.activation_coef = relu_coef.ref();
+  Buffer coef(DType::F32, {4, s.c});
+  if (activation != BatchNormActivation::None) args.activation = activation, args.activation_coef = coef.ref();
   Kernels& k = kernels_for(Device::cpu());
   k.batch_norm_forward(args);  // the saved statistics backward reads
   for (auto _ : state) {
@@ -281,10 +282,14 @@ BENCHMARK_CAPTURE(BM_BatchNorm, f32_forward, DType::F32, BnPass::Forward)->ArgNa
 BENCHMARK_CAPTURE(BM_BatchNorm, f32_backward, DType::F32, BnPass::Backward)->ArgName("layer")->DenseRange(0, std::size(kBatchNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_BatchNorm, bf16_forward, DType::BF16, BnPass::Forward)->ArgName("layer")->DenseRange(0, std::size(kBatchNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_BatchNorm, bf16_backward, DType::BF16, BnPass::Backward)->ArgName("layer")->DenseRange(0, std::size(kBatchNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_BatchNorm, f32_forward_relu, DType::F32, BnPass::Forward, true)->ArgName("layer")->DenseRange(0, 2)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_BatchNorm, f32_backward_relu, DType::F32, BnPass::Backward, true)->ArgName("layer")->DenseRange(0, 2)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_BatchNorm, bf16_forward_relu, DType::BF16, BnPass::Forward, true)->ArgName("layer")->DenseRange(0, 2)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_BatchNorm, bf16_backward_relu, DType::BF16, BnPass::Backward, true)->ArgName("layer")->DenseRange(0, 2)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, f32_forward_relu, DType::F32, BnPass::Forward, BatchNormActivation::Relu)->ArgName("layer")->DenseRange(0, 2)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, f32_backward_relu, DType::F32, BnPass::Backward, BatchNormActivation::Relu)->ArgName("layer")->DenseRange(0, 2)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, bf16_forward_relu, DType::BF16, BnPass::Forward, BatchNormActivation::Relu)->ArgName("layer")->DenseRange(0, 2)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, bf16_backward_relu, DType::BF16, BnPass::Backward, BatchNormActivation::Relu)->ArgName("layer")->DenseRange(0, 2)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, f32_forward_gelu, DType::F32, BnPass::Forward, BatchNormActivation::Gelu)->ArgName("layer")->DenseRange(3, 5)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, f32_backward_gelu, DType::F32, BnPass::Backward, BatchNormActivation::Gelu)->ArgName("layer")->DenseRange(3, 5)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, bf16_forward_gelu, DType::BF16, BnPass::Forward, BatchNormActivation::Gelu)->ArgName("layer")->DenseRange(3, 5)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BatchNorm, bf16_backward_gelu, DType::BF16, BnPass::Backward, BatchNormActivation::Gelu)->ArgName("layer")->DenseRange(3, 5)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
 // AirNet's seven GELUs at batch 128 (its stem's output, then after each batch norm), forward
 // (y = x Phi(x)) and backward (grad_x from grad_y and x) per iteration: GB/s of x read once.
