@@ -262,28 +262,14 @@ class MaskedGrad {
   Acc* base_ = nullptr;
 };
 
-// A half type's values rounded to it and widened back: what a separate op reads of a stored value.
-template <typename T>
-void round_to_stored(float* p, int64_t n) {
-  if constexpr (!std::is_same_v<T, float>) {
-    alignas(64) T stored[kGeluBlock];
-    for (int64_t s = 0; s < n; s += kGeluBlock) {
-      const int64_t len = std::min(kGeluBlock, n - s);
-      convert_n(p + s, stored, len);
-      convert_n(stored, p + s, len);
-    }
-  }
-}
-
 // The fused GELU's forward: buf's len values of y become gelu(y), computed as a separate GELU
-// computes it from the stored y (gelu.h's block kernel; a half y rounded first).
+// computes it from the stored y (gelu.h's block kernel: a half y rounded first; the result is
+// rounded where buf is stored).
 template <typename T>
 void gelu_in_place(acc_t<T>* buf, int64_t len) {
   if constexpr (std::is_same_v<acc_t<T>, float>) {
     for (int64_t s = 0; s < len; s += kGeluBlock) {
-      const int64_t n = std::min(kGeluBlock, len - s);
-      round_to_stored<T>(buf + s, n);
-      gelu_block(buf + s, nullptr, buf + s, n, !std::is_same_v<T, float>);
+      gelu_block(buf + s, nullptr, buf + s, std::min(kGeluBlock, len - s), half_values<T>(true, false));
     }
   } else {
     DEMI_INTERNAL_CHECK(false, "batch_norm: a fused GELU on float64 (the checks refuse it)");
@@ -292,7 +278,8 @@ void gelu_in_place(acc_t<T>* buf, int64_t len) {
 
 // The fused GELU's backward: out = g * gelu'(y) with y recomputed from x (the forward's arithmetic,
 // bit for bit: this file is built without contraction), rounded as a separate GELU's stored input
-// and output are for half types, so that out is the gradient a separate GELU would pass back.
+// and output are for half types (gelu_block does both), so that out is the gradient a separate
+// GELU would pass back.
 template <typename T>
 class GeluGrad {
  public:
@@ -301,14 +288,11 @@ class GeluGrad {
   explicit GeluGrad(const NormCoef<Acc>& k) : k_(k) {}
   void apply(const Acc* x, const Acc* g, Acc* out, int64_t len) const {
     if constexpr (std::is_same_v<Acc, float>) {
-      constexpr bool half = !std::is_same_v<T, float>;
       alignas(64) float y[kGeluBlock];
       for (int64_t s = 0; s < len; s += kGeluBlock) {
         const int64_t n = std::min(kGeluBlock, len - s);
         for (int64_t i = 0; i < n; ++i) y[i] = normalized(x[s + i], k_);
-        round_to_stored<T>(y, n);
-        gelu_block(y, g + s, out + s, n, half);
-        round_to_stored<T>(out + s, n);
+        gelu_block(y, g + s, out + s, n, half_values<T>(true, true));
       }
     } else {
       DEMI_INTERNAL_CHECK(false, "batch_norm: a fused GELU on float64 (the checks refuse it)");

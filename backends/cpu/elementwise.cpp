@@ -121,11 +121,11 @@ void gelu_float(const T* x, const T* g, T* y, int64_t n) {
     for (int64_t s = begin; s < end; s += kGeluBlock) {
       const int64_t len = std::min(kGeluBlock, end - s);
       if constexpr (std::is_same_v<T, float>) {  // read and written where it is
-        gelu_block(x + s, g ? g + s : nullptr, y + s, len, false);
+        gelu_block(x + s, g ? g + s : nullptr, y + s, len, std::nullopt);
       } else {  // through fp32 copies, rounded to the half type next: fp32 arithmetic is enough
         convert_n(x + s, xb, len);
         if (g) convert_n(g + s, gb, len);
-        gelu_block(xb, g ? gb : nullptr, xb, len, true);
+        gelu_block(xb, g ? gb : nullptr, xb, len, half_values<T>(false, false));  // rounded on store
         convert_n(xb, y + s, len);
       }
     }

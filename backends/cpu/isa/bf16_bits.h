@@ -1,5 +1,5 @@
-// fp32 -> bf16 bits for 16 lanes with AVX-512F: adds 0x7fff plus the lowest kept bit and keeps the
-// top 16 bits (round to nearest even); NaN -> quiet NaN. vcvtneps2bf16 would flush fp32 subnormals
+// fp32 -> bf16 bits for 16 lanes with AVX-512F (bf16_bits; bf16_rounded keeps them as fp32): adds
+// 0x7fff plus the lowest kept bit and keeps the top 16 bits (round to nearest even); NaN -> quiet NaN. vcvtneps2bf16 would flush fp32 subnormals
 // to zero, which the half contract's one rounding does not. Included only by AVX-512 variant files;
 // static, as lane_mask.h.
 #pragma once
@@ -9,13 +9,17 @@
 namespace demi::backend::cpu::isa {
 
 #if defined(__AVX512F__)
-static inline __m256i bf16_bits(__m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
+// v rounded to bf16 and widened back: the bf16 bits in the top half of each lane, the rest zero.
+static inline __m512 bf16_rounded(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v), top = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __m512i nan = _mm512_srli_epi32(_mm512_or_si512(x, _mm512_set1_epi32(0x400000)), 16);
+  __m512i r = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), top);
+  const __m512i nan = _mm512_and_si512(_mm512_or_si512(x, _mm512_set1_epi32(0x400000)), top);
   r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
-  return _mm512_cvtepi32_epi16(r);
+  return _mm512_castsi512_ps(r);
+}
+static inline __m256i bf16_bits(__m512 v) {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(bf16_rounded(v)), 16));
 }
 #endif
 

@@ -1,9 +1,10 @@
 // GELU's normal CDF and PDF on AVX2 + FMA (compiled with -mavx2 -mfma), 4 doubles a vector, the
 // same arithmetic as gelu_avx512.cpp but for t = 1 / d by division (AVX2 has no double reciprocal
 // estimate); the last n % 4 values go through the scalar entry. For half outputs, gelu_avx512.cpp's
-// fp32 formula, 8 floats a vector.
+// fp32 formula and gelu_half, 8 floats a vector.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/isa/isa.h"
@@ -114,49 +115,103 @@ using ChainsPs = __m256[kHalfChains];
   }
 }
 
-// gelu_avx512.cpp's normal_cdf_pdf_half, 8 lanes.
+// gelu_avx512.cpp's cdf_pdf_half, 8 lanes.
+[[gnu::always_inline]] inline void cdf_pdf_half(const ChainsPs& x, ChainsPs& cdf, ChainsPs& pdf, bool with_pdf) {
+  const __m256 one = set_ps(1.0f), sign = set_ps(-0.0f);
+  __m256 t[kHalfChains], half_x[kHalfChains];
+  ChainsPs& e = cdf;
+  for (int u = 0; u < kHalfChains; ++u) {
+    const __m256 d = _mm256_fmadd_ps(_mm256_andnot_ps(sign, x[u]), set_ps(static_cast<float>(kGeluSqrtHalf)), set_ps(2.0f));
+    t[u] = _mm256_div_ps(one, d);
+    half_x[u] = _mm256_mul_ps(set_ps(0.5f), x[u]);
+    e[u] = set_ps(static_cast<float>(kGeluErfc[9] * 512));
+  }
+  for (int j = 8; j >= 0; --j) {
+    const __m256 c = set_ps(static_cast<float>(kGeluErfc[j] * (1 << j)));
+    for (int u = 0; u < kHalfChains; ++u) e[u] = _mm256_fmadd_ps(t[u], e[u], c);
+  }
+  for (int u = 0; u < kHalfChains; ++u) e[u] = _mm256_fnmadd_ps(half_x[u], x[u], e[u]);
+  exp_nonpositive_ps(e);
+  for (int u = 0; u < kHalfChains; ++u) {
+    const __m256 h = _mm256_mul_ps(t[u], e[u]);
+    const __m256 negative = _mm256_cmp_ps(x[u], _mm256_setzero_ps(), _CMP_LT_OQ);
+    cdf[u] = _mm256_blendv_ps(_mm256_sub_ps(one, h), h, negative);
+  }
+  if (with_pdf) {
+    for (int u = 0; u < kHalfChains; ++u) pdf[u] = _mm256_fnmadd_ps(half_x[u], x[u], _mm256_setzero_ps());
+    exp_nonpositive_ps(pdf);
+    for (int u = 0; u < kHalfChains; ++u) pdf[u] = _mm256_mul_ps(pdf[u], set_ps(static_cast<float>(kGeluInvSqrt2Pi)));
+  }
+}
+
 void normal_cdf_pdf_half(const float* x, float* cdf, float* pdf, int64_t n) {
-  const __m256 one = set_ps(1.0f), half = set_ps(0.5f), sign = set_ps(-0.0f);
   for (int64_t i = 0; i < n; i += 8 * kHalfChains) {
     int64_t valid[kHalfChains];
-    __m256 xv[kHalfChains], t[kHalfChains], zz[kHalfChains], zz_lo[kHalfChains];
-    ChainsPs e;
+    ChainsPs xv, c, p;
     for (int u = 0; u < kHalfChains; ++u) {
       valid[u] = n - i - 8 * u;
       xv[u] = valid[u] > 0 ? load_first(x + i + 8 * u, valid[u]) : _mm256_setzero_ps();
-      const __m256 z = _mm256_mul_ps(_mm256_andnot_ps(sign, xv[u]), set_ps(static_cast<float>(kGeluSqrtHalf)));
-      t[u] = _mm256_div_ps(one, _mm256_fmadd_ps(half, z, one));
-      // z^2 = x^2 / 2 exactly, as zz + zz_lo (see gelu_avx512.cpp); 0 for an infinite x (inf - inf).
-      const __m256 xx = _mm256_mul_ps(xv[u], xv[u]);
-      const __m256 finite = _mm256_cmp_ps(xx, set_ps(INFINITY), _CMP_LT_OQ);
-      zz[u] = _mm256_mul_ps(half, xx);
-      zz_lo[u] = _mm256_and_ps(finite, _mm256_mul_ps(half, _mm256_fmsub_ps(xv[u], xv[u], xx)));
-      e[u] = set_ps(static_cast<float>(kGeluErfc[9]));
     }
-    for (int j = 8; j >= 0; --j) {
-      const __m256 c = set_ps(static_cast<float>(kGeluErfc[j]));
-      for (int u = 0; u < kHalfChains; ++u) e[u] = _mm256_fmadd_ps(t[u], e[u], c);
-    }
-    for (int u = 0; u < kHalfChains; ++u) e[u] = _mm256_sub_ps(_mm256_sub_ps(e[u], zz[u]), zz_lo[u]);
-    exp_nonpositive_ps(e);
+    cdf_pdf_half(xv, c, p, pdf != nullptr);
     for (int u = 0; u < kHalfChains; ++u) {
-      const __m256 h = _mm256_mul_ps(_mm256_mul_ps(half, t[u]), e[u]);
-      const __m256 negative = _mm256_cmp_ps(xv[u], _mm256_setzero_ps(), _CMP_LT_OQ);
-      if (valid[u] > 0) store_first(cdf + i + 8 * u, valid[u], _mm256_blendv_ps(_mm256_sub_ps(one, h), h, negative));
+      if (valid[u] <= 0) break;
+      store_first(cdf + i + 8 * u, valid[u], c[u]);
+      if (pdf) store_first(pdf + i + 8 * u, valid[u], p[u]);
     }
-    if (pdf) {
-      for (int u = 0; u < kHalfChains; ++u) e[u] = _mm256_sub_ps(_mm256_sub_ps(_mm256_setzero_ps(), zz[u]), zz_lo[u]);
-      exp_nonpositive_ps(e);
-      for (int u = 0; u < kHalfChains; ++u) {
-        const __m256 phi = _mm256_mul_ps(e[u], set_ps(static_cast<float>(kGeluInvSqrt2Pi)));
-        if (valid[u] > 0) store_first(pdf + i + 8 * u, valid[u], phi);
-      }
+  }
+}
+
+// v rounded to the half type and widened back, as the convert entries would store and load it
+// (bf16: convert_avx2.cpp's bf16_bits, kept in the top half of each lane).
+inline __m256 round_to(HalfType type, __m256 v) {
+  if (type == HalfType::F16) return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const __m256i x = _mm256_castps_si256(v), top = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), top);
+  const __m256i nan = _mm256_and_si256(_mm256_or_si256(x, _mm256_set1_epi32(0x400000)), top);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))));
+}
+
+// gelu_half without the roundings.
+void gelu_values(const float* x, const float* g, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 8 * kHalfChains) {
+    int64_t valid[kHalfChains];
+    ChainsPs xv, c, p;
+    for (int u = 0; u < kHalfChains; ++u) {
+      valid[u] = n - i - 8 * u;
+      xv[u] = valid[u] > 0 ? load_first(x + i + 8 * u, valid[u]) : _mm256_setzero_ps();
     }
+    cdf_pdf_half(xv, c, p, g != nullptr);
+    for (int u = 0; u < kHalfChains; ++u) {
+      if (valid[u] <= 0) break;
+      const __m256 v = g ? _mm256_mul_ps(load_first(g + i + 8 * u, valid[u]), _mm256_fmadd_ps(xv[u], p[u], c[u]))
+                         : _mm256_mul_ps(xv[u], c[u]);
+      store_first(y + i + 8 * u, valid[u], v);
+    }
+  }
+}
+
+void round_values(HalfType type, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 8) store_first(y + i, n - i, round_to(type, load_first(x + i, n - i)));
+}
+
+// The roundings as passes of their own over blocks in L1, unlike gelu_avx512.cpp: inside the loop
+// over four chains their constants outgrew AVX2's 16 registers, and cost about three times as much
+// (AirNet's bf16 step at level avx2 2% slower than with separate rounding passes).
+void gelu_half(const float* x, const float* g, float* y, int64_t n, HalfType type, bool round_x, bool round_y) {
+  constexpr int64_t kBlock = 256;
+  alignas(32) float rounded_x[kBlock];
+  for (int64_t s = 0; s < n; s += kBlock) {
+    const int64_t len = std::min(kBlock, n - s);
+    const float* xs = x + s;
+    if (round_x) round_values(type, xs, rounded_x, len), xs = rounded_x;
+    gelu_values(xs, g ? g + s : nullptr, y + s, len);
+    if (round_y) round_values(type, y + s, y + s, len);
   }
 }
 
 }  // namespace
 
-extern const Gelu kGeluAvx2 = {normal_cdf_pdf, normal_cdf_pdf_half};
+extern const Gelu kGeluAvx2 = {normal_cdf_pdf, normal_cdf_pdf_half, gelu_half};
 
 }  // namespace demi::backend::cpu::isa

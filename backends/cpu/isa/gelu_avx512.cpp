@@ -1,11 +1,13 @@
 // GELU's normal CDF and PDF on AVX-512F (compiled with -mavx512f ...), 8 doubles a vector, with an
 // exp of relative error ~1e-11 (Cody-Waite reduction by ln 2, degree-9 polynomial); Eigen's
 // vectorised exp cannot be used here (its inline code would be instantiated with AVX-512 flags).
-// For half outputs, the same formula in fp32, 16 floats a vector, with a degree-6 exp.
+// For half outputs, the same formula in fp32, 16 floats a vector, with a degree-6 exp, and GELU itself
+// with the half type's roundings in registers (gelu_half).
 #include <immintrin.h>
 
 #include <cmath>
 
+#include "backends/cpu/isa/bf16_bits.h"
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/isa/lane_mask.h"
 
@@ -35,11 +37,9 @@ using Chains = __m512d[kChains];
   for (double c : kInverseFactorials) {
     for (int u = 0; u < kChains; ++u) a[u] = _mm512_fmadd_pd(a[u], r[u], set(c));
   }
-  for (int u = 0; u < kChains; ++u) {
-    const __m512i biased = _mm512_add_epi64(_mm512_cvtpd_epi64(k[u]), _mm512_set1_epi64(1023));
-    const __m512i scale = _mm512_slli_epi64(biased, 52);
-    a[u] = _mm512_mul_pd(a[u], _mm512_castsi512_pd(scale));
-  }
+  // times 2^k by vscalefpd (one instruction for the integer route's four; the same product: 2^k and
+  // the result are normal)
+  for (int u = 0; u < kChains; ++u) a[u] = _mm512_scalef_pd(a[u], k[u]);
 }
 
 void normal_cdf_pdf(const float* x, float* cdf, float* pdf, int64_t n) {
@@ -111,56 +111,86 @@ using ChainsPs = __m512[kHalfChains];
   for (float c : kInverseFactorials) {
     for (int u = 0; u < kHalfChains; ++u) a[u] = _mm512_fmadd_ps(a[u], r[u], set_ps(c));
   }
+  // times 2^k by vscalefps (one instruction for the integer route's four; the same product: 2^k and
+  // the result are normal)
+  for (int u = 0; u < kHalfChains; ++u) a[u] = _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow[u]), a[u], k[u]);
+}
+
+// Phi and, with `with_pdf`, phi of kHalfChains vectors x in fp32, 35 operations a vector for Phi:
+// - h = Phi(-|x|) = erfc(z) / 2 = t' exp(P(t) - z^2) with t' = t / 2 = 1 / (2 + |x| / sqrt 2), and P's
+//   coefficients scaled by powers of two to take t' (exact: the same roundings as in t);
+// - P(t) - z^2 = P - (x / 2) x by one FMA: the exponent rounded once (the exact product inside the FMA),
+//   which in the tail (z^2 ~ 70) is within 2^-18 of the result, as before with x^2 / 2 split in two.
+[[gnu::always_inline]] inline void cdf_pdf_half(const ChainsPs& x, ChainsPs& cdf, ChainsPs& pdf, bool with_pdf) {
+  const __m512 one = set_ps(1.0f);
+  __m512 t[kHalfChains], half_x[kHalfChains];
+  ChainsPs& e = cdf;
   for (int u = 0; u < kHalfChains; ++u) {
-    const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(k[u]), _mm512_set1_epi32(127));
-    const __m512i scale = _mm512_slli_epi32(biased, 23);
-    a[u] = _mm512_maskz_mul_ps(static_cast<__mmask16>(~underflow[u]), a[u], _mm512_castsi512_ps(scale));
+    t[u] = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_abs_ps(x[u]), set_ps(static_cast<float>(kGeluSqrtHalf)), set_ps(2.0f)));
+    half_x[u] = _mm512_mul_ps(set_ps(0.5f), x[u]);
+    e[u] = set_ps(static_cast<float>(kGeluErfc[9] * 512));
+  }
+  for (int j = 8; j >= 0; --j) {
+    const __m512 c = set_ps(static_cast<float>(kGeluErfc[j] * (1 << j)));
+    for (int u = 0; u < kHalfChains; ++u) e[u] = _mm512_fmadd_ps(t[u], e[u], c);
+  }
+  for (int u = 0; u < kHalfChains; ++u) e[u] = _mm512_fnmadd_ps(half_x[u], x[u], e[u]);  // inf: -inf, e^-inf = 0
+  exp_nonpositive_ps(e);
+  for (int u = 0; u < kHalfChains; ++u) {
+    const __m512 h = _mm512_mul_ps(t[u], e[u]);
+    const __mmask16 negative = _mm512_cmp_ps_mask(x[u], _mm512_setzero_ps(), _CMP_LT_OQ);
+    cdf[u] = _mm512_mask_blend_ps(negative, _mm512_sub_ps(one, h), h);
+  }
+  if (with_pdf) {
+    for (int u = 0; u < kHalfChains; ++u) pdf[u] = _mm512_fnmadd_ps(half_x[u], x[u], _mm512_setzero_ps());
+    exp_nonpositive_ps(pdf);
+    for (int u = 0; u < kHalfChains; ++u) pdf[u] = _mm512_mul_ps(pdf[u], set_ps(static_cast<float>(kGeluInvSqrt2Pi)));
   }
 }
 
 void normal_cdf_pdf_half(const float* x, float* cdf, float* pdf, int64_t n) {
-  const __m512 one = set_ps(1.0f), half = set_ps(0.5f);
   for (int64_t i = 0; i < n; i += 16 * kHalfChains) {
     __mmask16 m[kHalfChains];
-    __m512 xv[kHalfChains], t[kHalfChains], zz[kHalfChains], zz_lo[kHalfChains];
-    ChainsPs e;
+    ChainsPs xv, c, p;
     for (int u = 0; u < kHalfChains; ++u) {
       m[u] = n - i > 16 * u ? lane_mask(n - i - 16 * u) : 0;
       xv[u] = _mm512_maskz_loadu_ps(m[u], x + i + 16 * u);
-      const __m512 z = _mm512_mul_ps(_mm512_abs_ps(xv[u]), set_ps(static_cast<float>(kGeluSqrtHalf)));
-      t[u] = _mm512_div_ps(one, _mm512_fmadd_ps(half, z, one));
-      // z^2 = x^2 / 2 exactly, as zz + zz_lo (from x, not from the rounded z): in the tail (z^2 ~ 70)
-      // an error of one fp32 rounding in z^2 is 8e-6 of the result.
-      const __m512 xx = _mm512_mul_ps(xv[u], xv[u]);
-      const __mmask16 finite = _mm512_cmp_ps_mask(xx, set_ps(INFINITY), _CMP_LT_OQ);  // inf - inf would be NaN
-      zz[u] = _mm512_mul_ps(half, xx);
-      zz_lo[u] = _mm512_maskz_mul_ps(finite, half, _mm512_fmsub_ps(xv[u], xv[u], xx));
-      e[u] = set_ps(static_cast<float>(kGeluErfc[9]));
     }
-    for (int j = 8; j >= 0; --j) {
-      const __m512 c = set_ps(static_cast<float>(kGeluErfc[j]));
-      for (int u = 0; u < kHalfChains; ++u) e[u] = _mm512_fmadd_ps(t[u], e[u], c);
-    }
-    for (int u = 0; u < kHalfChains; ++u) e[u] = _mm512_sub_ps(_mm512_sub_ps(e[u], zz[u]), zz_lo[u]);
-    exp_nonpositive_ps(e);
+    cdf_pdf_half(xv, c, p, pdf != nullptr);
     for (int u = 0; u < kHalfChains; ++u) {
-      const __m512 h = _mm512_mul_ps(_mm512_mul_ps(half, t[u]), e[u]);
-      const __mmask16 negative = _mm512_cmp_ps_mask(xv[u], _mm512_setzero_ps(), _CMP_LT_OQ);
-      _mm512_mask_storeu_ps(cdf + i + 16 * u, m[u], _mm512_mask_blend_ps(negative, _mm512_sub_ps(one, h), h));
+      _mm512_mask_storeu_ps(cdf + i + 16 * u, m[u], c[u]);
+      if (pdf) _mm512_mask_storeu_ps(pdf + i + 16 * u, m[u], p[u]);
     }
-    if (pdf) {
-      for (int u = 0; u < kHalfChains; ++u) e[u] = _mm512_sub_ps(_mm512_sub_ps(_mm512_setzero_ps(), zz[u]), zz_lo[u]);
-      exp_nonpositive_ps(e);
-      for (int u = 0; u < kHalfChains; ++u) {
-        const __m512 phi = _mm512_mul_ps(e[u], set_ps(static_cast<float>(kGeluInvSqrt2Pi)));
-        _mm512_mask_storeu_ps(pdf + i + 16 * u, m[u], phi);
-      }
+  }
+}
+
+// v rounded to the half type and widened back, as the convert entries would store and load it.
+inline __m512 round_to(HalfType type, __m512 v) {
+  if (type == HalfType::F16) return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  return bf16_rounded(v);
+}
+
+void gelu_half(const float* x, const float* g, float* y, int64_t n, HalfType type, bool round_x, bool round_y) {
+  for (int64_t i = 0; i < n; i += 16 * kHalfChains) {
+    __mmask16 m[kHalfChains];
+    ChainsPs xv, c, p;
+    for (int u = 0; u < kHalfChains; ++u) {
+      m[u] = n - i > 16 * u ? lane_mask(n - i - 16 * u) : 0;
+      xv[u] = _mm512_maskz_loadu_ps(m[u], x + i + 16 * u);
+      if (round_x) xv[u] = round_to(type, xv[u]);
+    }
+    cdf_pdf_half(xv, c, p, g != nullptr);
+    for (int u = 0; u < kHalfChains; ++u) {
+      __m512 v = g ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m[u], g + i + 16 * u), _mm512_fmadd_ps(xv[u], p[u], c[u]))
+                   : _mm512_mul_ps(xv[u], c[u]);
+      if (round_y) v = round_to(type, v);
+      _mm512_mask_storeu_ps(y + i + 16 * u, m[u], v);
     }
   }
 }
 
 }  // namespace
 
-extern const Gelu kGeluAvx512 = {normal_cdf_pdf, normal_cdf_pdf_half};
+extern const Gelu kGeluAvx512 = {normal_cdf_pdf, normal_cdf_pdf_half, gelu_half};
 
 }  // namespace demi::backend::cpu::isa

@@ -106,9 +106,17 @@ struct Convert {
 // relative 2^-17 of normal_cdf_pdf (fp16 keeps 11 bits). The AVX2 and AVX-512 levels evaluate it in
 // fp32, 8 or 16 values a vector (the double kernel was a tenth of an AirNet bf16 step on AVX-512);
 // the scalar level points it at normal_cdf_pdf.
+// gelu_half: GELU for values that a half type stores, in fp32: with h(v) = v rounded to `type` and
+// widened back, x' = h(x[i]) with round_x, else x[i]; y[i] = x' Phi(x'), or with g, g[i] * fma(x',
+// phi(x'), Phi(x')), Phi and phi as normal_cdf_pdf_half gives them; rounded by h with round_y. y may
+// be x or g. The roundings in registers (batch norm's fused GELU rounds its fp32 y first, and its
+// backward keeps the rounded gradient), and nothing in between: those passes of their own over fp32
+// blocks were 13-16% of a bf16 batch norm + GELU.
+enum class HalfType { Bf16, F16 };
 struct Gelu {
   void (*normal_cdf_pdf)(const float* x, float* cdf, float* pdf, int64_t n);
   void (*normal_cdf_pdf_half)(const float* x, float* cdf, float* pdf, int64_t n);
+  void (*gelu_half)(const float* x, const float* g, float* y, int64_t n, HalfType type, bool round_x, bool round_y);
 };
 // P's coefficients, lowest power first, and the constants every variant uses.
 constexpr double kGeluErfc[10] = {-1.26551223, 1.00002368, 0.37409196,  0.09678418, -0.18628806,

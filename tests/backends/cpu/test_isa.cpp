@@ -460,6 +460,63 @@ TEST_P(IsaKernels, GeluHalfEntryIsWithinTwoToTheMinus17OfTheOracle) {
                             {5, 21});
 }
 
+TEST_P(IsaKernels, GeluHalfIsItsDefinitionBitForBit) {
+  // gelu_half against isa.h's definition, composed from this level's normal_cdf_pdf_half and the
+  // scalar conversions: the same bits, forward and backward, bf16 and fp16, with and without each
+  // rounding, in place and ragged.
+  std::vector<float> x = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 3.0f, -3.0f, 8.0f, -8.0f, 13.0f, -13.0f,
+                          70000.0f, -70000.0f, 65519.0f, INFINITY, -INFINITY, NAN, 1.00390625f, 1.001953125f};
+  std::mt19937 rng(10);
+  std::uniform_real_distribution<float> dist(-12.0f, 12.0f), grad(-3.0f, 3.0f);
+  for (int i = 0; i < 3000; ++i) x.push_back(dist(rng));
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> g(n);
+  for (float& v : g) v = grad(rng);
+  g[1] = NAN, g[2] = INFINITY;
+  using isa::HalfType;
+  for (HalfType type : {HalfType::Bf16, HalfType::F16}) {
+    const auto round = [&](float v) {
+      uint16_t h;
+      float back;
+      const isa::Convert& c = oracle().convert;
+      (type == HalfType::F16 ? c.f32_to_f16 : c.f32_to_bf16)(&v, &h, 1);
+      (type == HalfType::F16 ? c.f16_to_f32 : c.bf16_to_f32)(&h, &back, 1);
+      return back;
+    };
+    for (bool round_x : {false, true}) {
+      std::vector<float> xr(n), cdf(n), pdf(n);
+      for (int64_t i = 0; i < n; ++i) xr[i] = round_x ? round(x[i]) : x[i];
+      t().gelu.normal_cdf_pdf_half(xr.data(), cdf.data(), pdf.data(), n);
+      for (bool round_y : {false, true}) {
+        for (int64_t len : {n, int64_t{5}, int64_t{21}}) {
+          for (bool backward : {false, true}) {
+            SCOPED_TRACE(std::string(type == HalfType::F16 ? "fp16" : "bf16") + (backward ? " backward" : " forward") +
+                         " of " + std::to_string(len) + (round_x ? ", x rounded" : "") +
+                         (round_y ? ", y rounded" : ""));
+            const float* gp = backward ? g.data() : nullptr;
+            std::vector<float> got(n, -7.0f), in_place = x;
+            t().gelu.gelu_half(x.data(), gp, got.data(), len, type, round_x, round_y);
+            t().gelu.gelu_half(in_place.data(), gp, in_place.data(), len, type, round_x, round_y);
+            for (int64_t i = 0; i < n; ++i) {
+              float want = backward ? g[i] * std::fma(xr[i], pdf[i], cdf[i]) : xr[i] * cdf[i];
+              if (round_y) want = round(want);
+              for (auto [v, w] : {std::pair{got[i], i < len ? want : -7.0f}, std::pair{in_place[i], i < len ? want : x[i]}}) {
+                if (std::isnan(w)) {
+                  ASSERT_TRUE(std::isnan(v)) << "x = " << x[i] << " i = " << i;
+                } else {
+                  uint32_t vb, wb;
+                  std::memcpy(&vb, &v, 4), std::memcpy(&wb, &w, 4);
+                  ASSERT_EQ(vb, wb) << "x = " << x[i] << " i = " << i << ": " << v << " vs " << w;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(IsaKernels, Bf16TileSumsExactProductsInFp32) {
   const Bf16Gemm& g = t().bf16;
   if (!g.tile) GTEST_SKIP() << level_name(GetParam()) << " has no bf16 tile: bf16 is widened into the fp32 tile";
