@@ -410,6 +410,11 @@ inline void check_cross_entropy_inputs(const char* op, const CrossEntropyArgs& a
              ": label_smoothing must be in [0, 1], got ", args.label_smoothing);
 }
 
+// Appended by both backends to the message for a negative label: PyTorch's default ignore_index is
+// -100, and a user coming from it may have padded with that.
+inline constexpr const char* kNoIgnoreIndex =
+    " (demi's cross_entropy has no ignore_index: leave out the rows to ignore)";
+
 // The dtype of the loss: F64 for F64 logits, else F32.
 inline DType cross_entropy_loss_dtype(DType logits) { return logits == DType::F64 ? DType::F64 : DType::F32; }
 

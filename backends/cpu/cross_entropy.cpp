@@ -19,7 +19,7 @@ void check_labels(const char* op, const CrossEntropyArgs& args) {
   const int64_t* t = args.target.as<int64_t>();
   for (int64_t n = 0; n < N; ++n) {
     DEMI_CHECK(t[n] >= 0 && t[n] < K, op, ": target[", n, "] = ", t[n], " is out of range for ", K,
-               " classes; labels must be in [0, ", K, ")");
+               " classes; labels must be in [0, ", K, ")", t[n] < 0 ? kNoIgnoreIndex : "");
   }
 }
 

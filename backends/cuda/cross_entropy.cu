@@ -140,7 +140,8 @@ void throw_if_bad_target(const char* op, const CrossEntropyArgs& args, unsigned 
   DEMI_CUDA_CHECK(cudaMemcpyAsync(&t, args.target.as<const int64_t>() + n, sizeof(t), cudaMemcpyDeviceToHost, stream));
   DEMI_CUDA_CHECK(cudaStreamSynchronize(stream));
   const int64_t K = args.logits.shape[1];
-  DEMI_THROW(op, ": target[", n, "] = ", t, " is out of range for ", K, " classes; labels must be in [0, ", K, ")");
+  DEMI_THROW(op, ": target[", n, "] = ", t, " is out of range for ", K, " classes; labels must be in [0, ", K, ")",
+             t < 0 ? kNoIgnoreIndex : "");
 }
 
 }  // namespace

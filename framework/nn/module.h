@@ -1,5 +1,6 @@
 // nn::Module: parameters, buffers and submodules registered by name, train/eval, dtype/device
-// moves and state_dict, as torch.nn.Module. Layers in framework/nn/layers.h derive from it.
+// moves and state_dict, as torch.nn.Module. The layers beside it (linear.h, conv2d.h,
+// batch_norm2d.h, activation.h, pooling.h, sequential.h) derive from it.
 #pragma once
 
 #include <deque>

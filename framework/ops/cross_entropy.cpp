@@ -42,8 +42,16 @@ DEMI_REGISTER_OP(CrossEntropy)
 namespace demi {
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
   ops::check_floating("cross_entropy", "logits", logits);
+  // PyTorch's K-dimensional form (logits [N, C, d1, ...], target [N, d1, ...]) and its
+  // class-probability targets are not here: say so rather than only that the shape is wrong.
+  DEMI_CHECK(logits.dim() <= 2, "cross_entropy: logits must be [N, num_classes], got shape ", logits.shape(),
+             "; per-position losses (logits [N, C, d1, ...]) are not supported: move the classes last and "
+             "flatten, logits to [N * d1 * ..., C] and target to [N * d1 * ...]");
   ops::check_dim("cross_entropy", "logits", logits, 2, "[N, num_classes]");
   ops::check_same_device("cross_entropy", logits, target);
+  DEMI_CHECK(!(is_floating(target.dtype()) && target.shape() == logits.shape()),
+             "cross_entropy: class-probability targets (a floating target shaped like the logits, ", target.shape(),
+             ") are not supported; pass int64 class indices [", logits.size(0), "]");
   DEMI_CHECK(target.dtype() == DType::I64, "cross_entropy: target must hold int64 class indices, got ",
              target.dtype(), "; convert labels with .to(DType::I64)");
   DEMI_CHECK(target.shape() == Shape{logits.size(0)}, "cross_entropy: target must be [", logits.size(0),

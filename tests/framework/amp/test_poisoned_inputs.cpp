@@ -15,6 +15,7 @@ namespace demi {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Net {
   Generator gen{3};
@@ -84,6 +85,17 @@ TEST(PoisonedInputs, BadLabelsShapesAndDtypesAreErrors) {
               HasSubstr("target[2] = 10 is out of range for 10"));
   EXPECT_THAT(test::error_of([&] { cross_entropy(logits, tensor(std::vector<int64_t>{0, -1, 1, 2}, {4})); }),
               HasSubstr("target[1] = -1 is out of range"));
+  // PyTorch's ignore_index (-100) and its other target forms get a message that says they are absent.
+  EXPECT_THAT(test::error_of([&] { cross_entropy(logits, tensor(std::vector<int64_t>{0, 1, 2, -100}, {4})); }),
+              HasSubstr("target[3] = -100 is out of range for 10 classes; labels must be in [0, 10) (demi's "
+                        "cross_entropy has no ignore_index"));
+  EXPECT_THAT(test::error_of([&] { cross_entropy(logits, tensor(std::vector<int64_t>{0, 1, 2, 10}, {4})); }),
+              Not(HasSubstr("ignore_index")));
+  EXPECT_THAT(test::error_of([&] { cross_entropy(randn({2, 10, 4, 4}, gen), zeros({2, 4, 4}, DType::I64)); }),
+              HasSubstr("per-position losses (logits [N, C, d1, ...]) are not supported: move the classes last"));
+  EXPECT_THAT(test::error_of([&] { cross_entropy(logits, zeros({4, 10})); }),
+              HasSubstr("class-probability targets (a floating target shaped like the logits, [4, 10]) are not "
+                        "supported; pass int64 class indices [4]"));
   EXPECT_THAT(test::error_of([&] { cross_entropy(logits, tensor(std::vector<int64_t>{0, 1, 2}, {3})); }),
               HasSubstr("cross_entropy: target must be [4"));
   EXPECT_THAT(test::error_of([&] { cross_entropy(logits, tensor(std::vector<float>{0, 1, 2, 3}, {4})); }),
