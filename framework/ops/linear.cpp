@@ -39,8 +39,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   ops::check_floating("linear", "weight", weight);
   ops::check_same_device("linear", x, weight);
   ops::check_dim("linear", "weight", weight, 2, "[out_features, in_features]");
-  DEMI_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input of shape ", x.shape(),
-             " has ", (x.dim() ? x.size(-1) : 0), " features but weight ", weight.shape(), " expects ", weight.size(1));
+  if (!(x.dim() >= 1 && x.size(-1) == weight.size(1))) {
+    // [N, C, H, W] straight from a conv or pool, whose C * H * W is in_features: a Flatten is missing.
+    const bool flatten_missing = x.dim() > 2 && x.size(0) > 0 && x.numel() / x.size(0) == weight.size(1);
+    DEMI_THROW("linear: input of shape ", x.shape(), " has ", (x.dim() ? x.size(-1) : 0),
+               " features but weight ", weight.shape(), " expects ", weight.size(1),
+               flatten_missing ? "; its dims after the first hold that many: add an nn::Flatten (or "
+                                 "x.reshape({N, -1})) before the Linear"
+                               : "");
+  }
   if (bias.defined()) {
     ops::check_floating("linear", "bias", bias);
     ops::check_same_device("linear", x, bias);

@@ -104,6 +104,10 @@ TEST(PoisonedInputs, BadLabelsShapesAndDtypesAreErrors) {
   EXPECT_THAT(test::error_of([&] { conv(randn({2, 4, 8, 8}, gen)); }), HasSubstr("conv2d: input [2, 4, 8, 8] has 4"));
   nn::Linear fc({16, 4}, gen);
   EXPECT_THAT(test::error_of([&] { fc(randn({2, 15}, gen)); }), HasSubstr("linear: input of shape [2, 15]"));
+  EXPECT_THAT(test::error_of([&] { fc(randn({2, 15}, gen)); }), Not(HasSubstr("Flatten")));
+  EXPECT_THAT(test::error_of([&] { fc(randn({2, 16, 1, 1}, gen)); }),
+              HasSubstr("has 1 features but weight [4, 16] expects 16; its dims after the first hold that many: "
+                        "add an nn::Flatten"));
 }
 
 }  // namespace
