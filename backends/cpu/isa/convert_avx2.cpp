@@ -2,6 +2,7 @@
 // last n % 8 go through the scalar entries. Eigen 3.4's cast<>() runs these element by element.
 #include <immintrin.h>
 
+#include "backends/cpu/isa/bf16_bits.h"
 #include "backends/cpu/isa/isa.h"
 
 namespace demi::backend::cpu::isa {
@@ -33,16 +34,9 @@ void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
   kConvertScalar.f32_to_f16(src + i, dst + i, n - i);
 }
 
-// The bf16 bits of 8 floats, in the low half of each 32-bit lane: adds 0x7fff plus the lowest kept
-// bit and keeps the top 16 bits; NaN -> quiet NaN. (AVX512_BF16's vcvtneps2bf16 would flush
-// subnormals to zero, which one rounding to nearest even does not.)
+// The bf16 bits of 8 floats, in the low half of each 32-bit lane (bf16_bits.h).
 __m256i bf16_bits(const float* src) {
-  const __m256 v = _mm256_loadu_ps(src);
-  const __m256i x = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
-  const __m256i nan = _mm256_srli_epi32(_mm256_or_si256(x, _mm256_set1_epi32(0x400000)), 16);
-  return _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  return _mm256_srli_epi32(_mm256_castps_si256(bf16_rounded(_mm256_loadu_ps(src))), 16);
 }
 
 // 16 values a step, two vectors packed by one pack and one permute into one store.

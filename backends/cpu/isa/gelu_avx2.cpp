@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/isa/bf16_bits.h"
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/isa/lane_mask.h"
 
@@ -161,15 +162,10 @@ void normal_cdf_pdf_half(const float* x, float* cdf, float* pdf, int64_t n) {
   }
 }
 
-// v rounded to the half type and widened back, as the convert entries would store and load it
-// (bf16: convert_avx2.cpp's bf16_bits, kept in the top half of each lane).
+// v rounded to the half type and widened back, as the convert entries would store and load it.
 inline __m256 round_to(HalfType type, __m256 v) {
   if (type == HalfType::F16) return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  const __m256i x = _mm256_castps_si256(v), top = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  const __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), top);
-  const __m256i nan = _mm256_and_si256(_mm256_or_si256(x, _mm256_set1_epi32(0x400000)), top);
-  return _mm256_castsi256_ps(_mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))));
+  return bf16_rounded(v);
 }
 
 // gelu_half without the roundings.
