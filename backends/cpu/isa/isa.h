@@ -109,9 +109,10 @@ struct Convert {
 // gelu_half: GELU for values that a half type stores, in fp32: with h(v) = v rounded to `type` and
 // widened back, x' = h(x[i]) with round_x, else x[i]; y[i] = x' Phi(x'), or with g, g[i] * fma(x',
 // phi(x'), Phi(x')), Phi and phi as normal_cdf_pdf_half gives them; rounded by h with round_y. y may
-// be x or g. The roundings in registers (batch norm's fused GELU rounds its fp32 y first, and its
-// backward keeps the rounded gradient), and nothing in between: those passes of their own over fp32
-// blocks were 13-16% of a bf16 batch norm + GELU.
+// be x or g. Batch norm's fused GELU rounds its fp32 y first, and its backward keeps the rounded
+// gradient: as passes of their own over fp32 blocks, around the CDF kernel, those roundings were
+// 13-16% of a bf16 batch norm + GELU. AVX-512 does them in registers; AVX2, short of registers, in
+// passes over L1 blocks inside the entry (gelu_avx2.cpp).
 enum class HalfType { Bf16, F16 };
 struct Gelu {
   void (*normal_cdf_pdf)(const float* x, float* cdf, float* pdf, int64_t n);
