@@ -35,6 +35,18 @@ struct OpCase {
   size_t fp32_from = SIZE_MAX;  // inputs from this index on stay fp32 (BatchNorm's weight and bias)
 };
 
+// A batch norm op (batch_norm or a fused form) in training, without running statistics: in[0]
+// normalised with weight in[1] and bias in[2].
+using BatchNormFn = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const BatchNormOptions&);
+Fn training_batch_norm(BatchNormFn op) {
+  return [op](const std::vector<Tensor>& in) {
+    BatchNormOptions o;
+    o.training = true;
+    return op(in[0], Tensor(), Tensor(), in[1], in[2], o);
+  };
+}
+
 std::vector<OpCase> cases() {
   // Labels live on the device of the logits: the case moves them.
   auto labels_like = [](const Tensor& logits) {
@@ -65,29 +77,11 @@ std::vector<OpCase> cases() {
       {"conv2d", {{4, 5, 11, 11}, {7, 5, 3, 3}, {7}}, [](auto& in) { return conv2d(in[0], in[1], in[2], 2, 1); }},
       {"max_pool2d", {{3, 4, 9, 9}}, [](auto& in) { return max_pool2d(in[0], 3, 2, 1); }},
       {"avg_pool2d", {{3, 4, 8, 8}}, [](auto& in) { return avg_pool2d(in[0], 2); }},
-      {"batch_norm", {{8, 6, 5, 5}, {6}, {6}},
-       [](auto& in) {
-         BatchNormOptions o;
-         o.training = true;
-         return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], o);
-       },
-       false, 1},
+      {"batch_norm", {{8, 6, 5, 5}, {6}, {6}}, training_batch_norm(batch_norm), false, 1},
       // Fused on the CPU, relu(batch_norm) on CUDA: the same values either way.
-      {"batch_norm_relu", {{8, 6, 5, 5}, {6}, {6}},
-       [](auto& in) {
-         BatchNormOptions o;
-         o.training = true;
-         return batch_norm_relu(in[0], Tensor(), Tensor(), in[1], in[2], o);
-       },
-       false, 1},
+      {"batch_norm_relu", {{8, 6, 5, 5}, {6}, {6}}, training_batch_norm(batch_norm_relu), false, 1},
       // Fused on the CPU, gelu(batch_norm) on CUDA.
-      {"batch_norm_gelu", {{8, 6, 5, 5}, {6}, {6}},
-       [](auto& in) {
-         BatchNormOptions o;
-         o.training = true;
-         return batch_norm_gelu(in[0], Tensor(), Tensor(), in[1], in[2], o);
-       },
-       false, 1},
+      {"batch_norm_gelu", {{8, 6, 5, 5}, {6}, {6}}, training_batch_norm(batch_norm_gelu), false, 1},
       {"softmax", {{9, 1000}}, [](auto& in) { return softmax(in[0]); }},
       {"log_softmax", {{9, 10}}, [](auto& in) { return log_softmax(in[0]); }},
       {"cross_entropy", {{33, 10}},
