@@ -1,6 +1,6 @@
 // Picks the CPU backend's ISA level once: cpuid + xgetbv for what the CPU and OS support, Linux's
 // permission request for AMX tile data, then DEMI_CPU_ISA to force a lower level. Compiled with the
-// library's baseline flags; it only reads cpuid, so it runs on any x86-64 CPU.
+// library's baseline flags, whose CPU baseline.cpp checks first.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -24,12 +24,6 @@ namespace {
 constexpr const char* kNames[kNumLevels] = {"scalar", "avx2", "avx512", "avx512_bf16", "amx"};
 
 #if defined(__x86_64__)
-uint64_t xgetbv0() {
-  uint32_t lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (uint64_t{hi} << 32) | lo;
-}
-
 // Linux hands out AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA,
 // kernel 5.16+); without it the first tile instruction raises SIGILL.
 bool request_amx_permission() {

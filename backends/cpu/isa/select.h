@@ -3,6 +3,7 @@
 // Baseline code only: never included by a variant file.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "backends/cpu/isa/isa.h"
@@ -19,6 +20,9 @@ struct CpuFeatures {
 
 // This CPU's features (cpuid, xgetbv; on Linux also asks for AMX tile permission when it has AMX).
 CpuFeatures detect_features();
+// XCR0, which vector state the OS saves (baseline.cpp, compiled for plain x86-64; call it only when
+// cpuid reports OSXSAVE).
+uint64_t xgetbv0();
 // What `level` needs that the CPU, the OS or this build lacks, comma-separated ("" when nothing).
 std::string missing_features(Level level, const CpuFeatures& features);
 // The level DEMI_CPU_ISA=`requested` selects (nullptr or "": the highest usable one), given what each
