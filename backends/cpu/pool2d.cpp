@@ -58,14 +58,17 @@ struct Bits2x2 {
   using W = std::conditional_t<sizeof(T) == 4, uint64_t, uint32_t>;  // two neighbours
   static constexpr int kShift = 8 * sizeof(T);
   static constexpr U kSign = U(U(1) << (kShift - 1));
-  static constexpr int32_t kInf = sizeof(T) == 4 ? 0x7f800000 : kHalfInfBits<T>;
-  static constexpr int32_t kNanKey = sizeof(T) == 4 ? 0x7fffffff : 0x7fff;
+  // Keys as wide as the values: a half type's fit in 16 bits (-0x7fff .. 0x7fff), so its loop runs
+  // twice as many lanes a vector as with 32-bit keys.
+  using K = std::conditional_t<sizeof(T) == 4, int32_t, int16_t>;
+  static constexpr K kInf = sizeof(T) == 4 ? K(0x7f800000) : K(kHalfInfBits<T>);
+  static constexpr K kNanKey = sizeof(T) == 4 ? K(0x7fffffff) : K(0x7fff);
 
   // An integer that orders like the value: -magnitude for negatives (so -0 == +0, as comparing
   // the floats does), every NaN above +inf (so the first NaN wins and is never replaced).
-  static int32_t key(U bits) {
-    const int32_t magnitude = static_cast<int32_t>(bits & U(kSign - 1));
-    const int32_t signed_key = (bits & kSign) ? -magnitude : magnitude;
+  static K key(U bits) {
+    const K magnitude = static_cast<K>(bits & U(kSign - 1));
+    const K signed_key = (bits & kSign) ? K(-magnitude) : magnitude;
     return magnitude > kInf ? kNanKey : signed_key;
   }
   static W load(const U* p) {
@@ -86,11 +89,11 @@ void max_2x2_run(const typename Bits2x2<T>::U* top, const typename Bits2x2<T>::U
   for (int64_t o = 0; o < n; ++o) {
     const auto t = B::load(top + 2 * o), b = B::load(bottom + 2 * o);
     const U v[4] = {U(t), U(t >> B::kShift), U(b), U(b >> B::kShift)};
-    int32_t best = B::key(v[0]);
+    typename B::K best = B::key(v[0]);
     U bits = v[0];
-    int32_t arg = 0;
+    typename B::K arg = 0;
     for (int k = 1; k < 4; ++k) {
-      const int32_t key = B::key(v[k]);
+      const typename B::K key = B::key(v[k]);
       const bool take = key > best;
       best = take ? key : best;
       bits = take ? v[k] : bits;

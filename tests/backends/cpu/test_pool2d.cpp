@@ -139,45 +139,51 @@ TEST(Pool2d, MaxPropagatesNanAndSkipsPadding) {
 
 TEST(Pool2d, TwoByTwoPicksFirstMaximumOrFirstNan) {
   // The 2x2 stride-2 fast path (on the values' bits): per window (in row-major window order) ties
-  // keep the first, -0 ties +0, a NaN of either sign wins and the first NaN's offset is recorded;
-  // every dtype takes the same path. Backward writes every element once: the window's gradient
-  // where its index points, +0 elsewhere (a -0 gradient too, as 0 + -0 in the scatter).
-  constexpr int kWindows = 6;
-  const double windows[kWindows][4] = {{3, 3, 1, 3}, {1, NAN, 5, NAN}, {-2, -1, -1, -7},
-                                       {0, 1, 2, NAN}, {-0.0, 0.0, -0.0, -1}, {1, -NAN, NAN, 2}};
-  const double want_y[kWindows] = {3, NAN, -1, NAN, -0.0, NAN};
-  const double want_idx[kWindows] = {0, 1, 1, 3, 0, 1};
-  const double grads[kWindows] = {0.5, -2, 4, 1.5, -0.0, 3};
-  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
-    SCOPED_TRACE(dtype_name(dtype));
-    HostTensor x(dtype, {1, 1, 2, 2 * kWindows}), y(dtype, {1, 1, 1, kWindows}), idx(DType::U8, {1, 1, 1, kWindows});
-    for (int o = 0; o < kWindows; ++o) {
-      for (int k = 0; k < 4; ++k) x.set((k / 2) * 2 * kWindows + 2 * o + k % 2, windows[o][k]);
-    }
-    Pool2dArgs args;
-    args.kernel_h = args.kernel_w = 2, args.stride_h = args.stride_w = 2;
-    args.input = x.ref(), args.output = y.ref(), args.indices = idx.ref();
-    kernels_for(Device::cpu()).pool2d_forward(args);
-    for (int o = 0; o < kWindows; ++o) {
-      if (std::isnan(want_y[o])) {
-        EXPECT_TRUE(std::isnan(y.get(o))) << o;
-      } else {
-        EXPECT_EQ(y.get(o), want_y[o]) << o;
-        EXPECT_EQ(std::signbit(y.get(o)), std::signbit(want_y[o])) << o;
+  // keep the first, -0 ties +0, a NaN of either sign wins and the first NaN's offset is recorded,
+  // infinities order as values; every dtype takes the same path. Backward writes every element
+  // once: the window's gradient where its index points, +0 elsewhere (a -0 gradient too, as 0 + -0
+  // in the scatter). The windows once (a row gathered into a short run) and repeated over a row
+  // of 91 windows (in place, through the vector loop's body and its tail).
+  constexpr int kCases = 7;
+  const double windows[kCases][4] = {{3, 3, 1, 3},     {1, NAN, 5, NAN},      {-2, -1, -1, -7}, {0, 1, 2, NAN},
+                                     {-0.0, 0.0, -0.0, -1}, {1, -NAN, NAN, 2}, {-INFINITY, 7, INFINITY, 8}};
+  const double want_y[kCases] = {3, NAN, -1, NAN, -0.0, NAN, INFINITY};
+  const double want_idx[kCases] = {0, 1, 1, 3, 0, 1, 2};
+  const double grads[kCases] = {0.5, -2, 4, 1.5, -0.0, 3, -1};
+  for (int n : {kCases, 13 * kCases}) {
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", " + std::to_string(n) + " windows");
+      HostTensor x(dtype, {1, 1, 2, 2 * n}), y(dtype, {1, 1, 1, n}), idx(DType::U8, {1, 1, 1, n});
+      for (int o = 0; o < n; ++o) {
+        for (int k = 0; k < 4; ++k) x.set((k / 2) * 2 * n + 2 * o + k % 2, windows[o % kCases][k]);
       }
-      EXPECT_EQ(idx.get(o), want_idx[o]) << o;
-    }
-    HostTensor gy(dtype, {1, 1, 1, kWindows}), gx(dtype, x.shape);
-    for (int o = 0; o < kWindows; ++o) gy.set(o, grads[o]);
-    gx.fill(NAN);
-    args.input = gx.ref(), args.output = gy.ref();
-    kernels_for(Device::cpu()).pool2d_backward(args);
-    for (int o = 0; o < kWindows; ++o) {
-      for (int k = 0; k < 4; ++k) {
-        const double got = gx.get((k / 2) * 2 * kWindows + 2 * o + k % 2);
-        const double want = k == want_idx[o] && grads[o] != 0 ? grads[o] : 0.0;  // +0, never -0
-        EXPECT_EQ(got, want) << o << " " << k;
-        EXPECT_EQ(std::signbit(got), std::signbit(want)) << o << " " << k;
+      Pool2dArgs args;
+      args.kernel_h = args.kernel_w = 2, args.stride_h = args.stride_w = 2;
+      args.input = x.ref(), args.output = y.ref(), args.indices = idx.ref();
+      kernels_for(Device::cpu()).pool2d_forward(args);
+      for (int o = 0; o < n; ++o) {
+        const int c = o % kCases;
+        if (std::isnan(want_y[c])) {
+          EXPECT_TRUE(std::isnan(y.get(o))) << o;
+        } else {
+          EXPECT_EQ(y.get(o), want_y[c]) << o;
+          EXPECT_EQ(std::signbit(y.get(o)), std::signbit(want_y[c])) << o;
+        }
+        EXPECT_EQ(idx.get(o), want_idx[c]) << o;
+      }
+      HostTensor gy(dtype, {1, 1, 1, n}), gx(dtype, x.shape);
+      for (int o = 0; o < n; ++o) gy.set(o, grads[o % kCases]);
+      gx.fill(NAN);
+      args.input = gx.ref(), args.output = gy.ref();
+      kernels_for(Device::cpu()).pool2d_backward(args);
+      for (int o = 0; o < n; ++o) {
+        const int c = o % kCases;
+        for (int k = 0; k < 4; ++k) {
+          const double got = gx.get((k / 2) * 2 * n + 2 * o + k % 2);
+          const double want = k == want_idx[c] && grads[c] != 0 ? grads[c] : 0.0;  // +0, never -0
+          EXPECT_EQ(got, want) << o << " " << k;
+          EXPECT_EQ(std::signbit(got), std::signbit(want)) << o << " " << k;
+        }
       }
     }
   }
