@@ -113,11 +113,14 @@ uint64_t max_2x2_backward_run(const typename Bits2x2<T>::U* gy, const I* idx, ty
   using B = Bits2x2<T>;
   using U = typename B::U;
   using W = typename B::W;
-  uint64_t bad = 0;
+  // The index as wide as the values when it is a byte (the lanes stay the values' width), else
+  // 64 bits, so that no index outside [0, 4) wraps into it.
+  using Index = std::conditional_t<sizeof(I) == 1, U, uint64_t>;
+  Index bad = 0;
   for (int64_t o = 0; o < n; ++o) {
     // Masks rather than selects: GCC vectorises this form only.
     const U v = gy[o] & U(-U(gy[o] != B::kSign));
-    const auto k = static_cast<uint64_t>(idx[o]);
+    const auto k = static_cast<Index>(idx[o]);
     bad |= k >> 2;
     B::store(top + 2 * o, W(v & U(-U(k == 0))) | (W(v & U(-U(k == 1))) << B::kShift));
     B::store(bottom + 2 * o, W(v & U(-U(k == 2))) | (W(v & U(-U(k == 3))) << B::kShift));
