@@ -1,6 +1,8 @@
 // CpuKernels::batch_norm_*: per-channel normalisation of [N, C] or [N, C, H, W], one channel per
 // task. Statistics are fp32 (fp64 for fp64 input, for gradcheck), summed plane by plane into double
 // and formed in two passes (mean, then squared deviations) so that a large mean does not cancel.
+// bf16 planes of kGatheredPlane values or more are read and written as bf16 by the ISA level's
+// passes (isa::BatchNormBf16); other half inputs are widened into fp32 buffers (ChannelPlanes).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/gelu.h"
+#include "backends/cpu/isa/isa.h"
 #include "backends/kernel_checks.h"
 
 namespace demi::backend::cpu {
@@ -201,6 +204,12 @@ class ReluMask {
     t_ = side_ > 0 ? from_key(lo) : from_key(hi);  // x above the last dropped, or below the first
   }
 
+  // The same mask for the ISA level's bf16 passes (isa::BatchNormBf16).
+  isa::BnReluMask isa_mask() const {
+    static_assert(std::is_same_v<Acc, float>, "the bf16 passes take fp32 coefficients");
+    return {side_, t_, {k_.hi, k_.lo, k_.scale, k_.shift}, relu_zero_band<T>()};
+  }
+
   // out = g where y > band, else 0.
   void apply(const Acc* x, const Acc* g, Acc* out, int64_t len) const {
     // g read unconditionally: then each loop is a compare and an and, not a masked load.
@@ -303,18 +312,111 @@ class GeluGrad {
   NormCoef<Acc> k_{};
 };
 
+// A channel's statistics from its sum and its sum of squared deviations from the mean (NormCoef's
+// hi + lo): saved for the backward and folded into the running ones. Returns invstd.
+template <typename S>
+double train_statistics(const BatchNormArgs& a, const BnGeom& g, int64_t c, double mean, double sq) {
+  const double count = static_cast<double>(g.count());
+  const double var = sq / count;
+  const double invstd = 1.0 / std::sqrt(var + a.eps);
+  if (a.save_mean.defined()) a.save_mean.as<S>()[c] = static_cast<S>(mean);
+  if (a.save_invstd.defined()) a.save_invstd.as<S>()[c] = static_cast<S>(invstd);
+  const double m = a.momentum;
+  if (a.running_mean.defined()) {
+    S& rm = a.running_mean.as<S>()[c];
+    rm = static_cast<S>((1 - m) * static_cast<double>(rm) + m * mean);
+  }
+  if (a.running_var.defined()) {
+    S& rv = a.running_var.as<S>()[c];
+    rv = static_cast<S>((1 - m) * static_cast<double>(rv) + m * var * count / (count - 1));
+  }
+  return invstd;
+}
+
+// What normalises channel c; kept in activation_coef when an activation is fused (its backward
+// recomputes y from x).
+template <typename Acc, typename S>
+NormCoef<Acc> norm_coef(const BatchNormArgs& a, const BnGeom& g, int64_t c, double mean, double invstd) {
+  const S* weight = a.weight.defined() ? a.weight.as<S>() : nullptr;
+  const S* bias = a.bias.defined() ? a.bias.as<S>() : nullptr;
+  const Acc hi = static_cast<Acc>(mean);
+  const NormCoef<Acc> k{hi, static_cast<Acc>(mean - static_cast<double>(hi)),
+                        static_cast<Acc>(invstd * (weight ? static_cast<double>(weight[c]) : 1.0)),
+                        static_cast<Acc>(bias ? static_cast<double>(bias[c]) : 0.0)};
+  if (a.activation != BatchNormActivation::None) {
+    S* coef = a.activation_coef.as<S>();
+    coef[c] = k.hi, coef[g.c + c] = k.lo, coef[2 * g.c + c] = k.scale, coef[3 * g.c + c] = k.shift;
+  }
+  return k;
+}
+
+// bf16 planes of at least kGatheredPlane values are read and written in place by the ISA level's
+// BatchNormBf16 passes (isa.h), which widen and round in registers: three passes over a channel's
+// bf16 values forward (sum, squared deviations, normalise), two backward. Smaller planes, and fp16,
+// take the widened channel above.
+template <typename T>
+bool bf16_planes(const BnGeom& g) {
+  return std::is_same_v<T, Eigen::bfloat16> && g.hw >= ChannelPlanes<T>::kGatheredPlane;
+}
+inline isa::BnNorm bn_norm(const NormCoef<float>& k) { return {k.hi, k.lo, k.scale, k.shift}; }
+
+// Plane n of channel c of an NCHW bf16 tensor, as bits.
+template <typename Bits>
+Bits* bf16_plane(Bits* t, const BnGeom& g, int64_t n, int64_t c) {
+  return t + (n * g.c + c) * g.hw;
+}
+
+// Channel c of a bf16 forward: sum, squared deviations and normalisation as the ISA level's
+// passes over the planes (a fused GELU normalises into fp32 for gelu_block, plane by plane).
+template <typename S>
+void forward_bf16_channel(const BatchNormArgs& a, const BnGeom& g, int64_t c) {
+  const isa::BatchNormBf16& bn = isa::active().batch_norm_bf16;
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(a.input.as<Eigen::bfloat16>());
+  uint16_t* y = reinterpret_cast<uint16_t*>(a.output.as<Eigen::bfloat16>());
+  double mean, invstd;
+  if (a.mode == BatchNormMode::Train) {
+    const isa::BnPlanes planes{bf16_plane(x, g, 0, c), g.n, g.hw, g.c * g.hw};
+    mean = bn.sum(planes) / static_cast<double>(g.count());
+    const float hi = static_cast<float>(mean), lo = static_cast<float>(mean - static_cast<double>(hi));
+    invstd = train_statistics<S>(a, g, c, mean, bn.sum_squared_deviations(planes, hi, lo));
+  } else {
+    mean = static_cast<double>(a.running_mean.as<S>()[c]);
+    invstd = 1.0 / std::sqrt(static_cast<double>(a.running_var.as<S>()[c]) + a.eps);
+  }
+  const NormCoef<float> k = norm_coef<float, S>(a, g, c, mean, invstd);
+  const bool gelu = a.activation == BatchNormActivation::Gelu;
+  const float relu_band = a.activation == BatchNormActivation::Relu ? relu_zero_band<Eigen::bfloat16>() : -1.0f;
+  for (int64_t n = 0; n < g.n; ++n) {
+    const uint16_t* xp = bf16_plane(x, g, n, c);
+    uint16_t* yp = bf16_plane(y, g, n, c);
+    if (n + 1 < g.n) prefetch_values<1>(bf16_plane(y, g, n + 1, c), g.hw);
+    if (!gelu) {
+      bn.normalize(xp, yp, g.hw, bn_norm(k), relu_band);
+      continue;
+    }
+    float* buf = thread_scratch<float>(kSlotY, g.hw);  // the GELU works on fp32 y (gelu_block)
+    convert_n(reinterpret_cast<const Eigen::bfloat16*>(xp), buf, g.hw);
+    normalize<Eigen::bfloat16>(buf, buf, g.hw, k, false);
+    gelu_in_place<Eigen::bfloat16>(buf, g.hw);
+    convert_n(buf, reinterpret_cast<Eigen::bfloat16*>(yp), g.hw);
+  }
+}
+
 template <typename T, typename S>
 void forward(const BatchNormArgs& a, const BnGeom& g) {
   using Acc = acc_t<T>;
   const T* x = a.input.as<T>();
   T* y = a.output.as<T>();
-  const S* weight = a.weight.defined() ? a.weight.as<S>() : nullptr;
-  const S* bias = a.bias.defined() ? a.bias.as<S>() : nullptr;
-  const double count = static_cast<double>(g.count());
   const bool train = a.mode == BatchNormMode::Train;
   const bool relu = a.activation == BatchNormActivation::Relu, gelu = a.activation == BatchNormActivation::Gelu;
   parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
+      if constexpr (std::is_same_v<T, Eigen::bfloat16>) {
+        if (bf16_planes<T>(g)) {
+          forward_bf16_channel<S>(a, g, c);
+          continue;
+        }
+      }
       const ChannelPlanes<T> xs(x, g, c, kSlotX, train ? 3 : 1);  // eval: only the normalising pass
       double mean, invstd;
       const Acc* whole = xs.widened();
@@ -329,7 +431,7 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
             sum += sum_double(xs.plane(n), g.hw);
           }
         }
-        mean = sum / count;
+        mean = sum / static_cast<double>(g.count());
         // Pass 2: squared deviations are positive, so Acc sums of a plane or block lose nothing to
         // cancellation.
         const Acc hi = static_cast<Acc>(mean), lo = static_cast<Acc>(mean - static_cast<double>(hi));
@@ -344,31 +446,12 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
             sq += static_cast<double>(((p - hi) - lo).square().sum());
           }
         }
-        const double var = sq / count;
-        invstd = 1.0 / std::sqrt(var + a.eps);
-        if (a.save_mean.defined()) a.save_mean.as<S>()[c] = static_cast<S>(mean);
-        if (a.save_invstd.defined()) a.save_invstd.as<S>()[c] = static_cast<S>(invstd);
-        const double m = a.momentum;
-        if (a.running_mean.defined()) {
-          S& rm = a.running_mean.as<S>()[c];
-          rm = static_cast<S>((1 - m) * static_cast<double>(rm) + m * mean);
-        }
-        if (a.running_var.defined()) {
-          S& rv = a.running_var.as<S>()[c];
-          rv = static_cast<S>((1 - m) * static_cast<double>(rv) + m * var * count / (count - 1));
-        }
+        invstd = train_statistics<S>(a, g, c, mean, sq);
       } else {
         mean = static_cast<double>(a.running_mean.as<S>()[c]);
         invstd = 1.0 / std::sqrt(static_cast<double>(a.running_var.as<S>()[c]) + a.eps);
       }
-      const Acc hi = static_cast<Acc>(mean);
-      const NormCoef<Acc> k{hi, static_cast<Acc>(mean - static_cast<double>(hi)),
-                            static_cast<Acc>(invstd * (weight ? static_cast<double>(weight[c]) : 1.0)),
-                            static_cast<Acc>(bias ? static_cast<double>(bias[c]) : 0.0)};
-      if (a.activation != BatchNormActivation::None) {
-        S* coef = a.activation_coef.as<S>();
-        coef[c] = k.hi, coef[g.c + c] = k.lo, coef[2 * g.c + c] = k.scale, coef[3 * g.c + c] = k.shift;
-      }
+      const NormCoef<Acc> k = norm_coef<Acc, S>(a, g, c, mean, invstd);
       if (whole) {  // the channel at once, then rounded plane by plane
         Acc* buf = thread_scratch<Acc>(kSlotY, g.count());
         normalize<T>(whole, buf, g.count(), k, relu);
@@ -389,6 +472,58 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
   });
 }
 
+// Channel c of a bf16 backward (the formulas are `backward`'s, below): the gradient's two sums, then
+// grad_x, as the ISA level's passes over the planes, a fused ReLU's mask applied inside them.
+template <typename S>
+void backward_bf16_channel(const BatchNormArgs& a, const BnGeom& g, int64_t c) {
+  const isa::BatchNormBf16& bn = isa::active().batch_norm_bf16;
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(a.input.as<Eigen::bfloat16>());
+  const uint16_t* gy = reinterpret_cast<const uint16_t*>(a.grad_output.as<Eigen::bfloat16>());
+  uint16_t* gx = a.grad_input.defined() ? reinterpret_cast<uint16_t*>(a.grad_input.as<Eigen::bfloat16>()) : nullptr;
+  const double mean = static_cast<double>(a.save_mean.as<S>()[c]);
+  const double invstd = static_cast<double>(a.save_invstd.as<S>()[c]);
+  const float mean_acc = static_cast<float>(mean);
+  isa::BnReluMask mask{isa::BnReluMask::kNone, 0.0f, {}, 0.0f};
+  // A fused GELU's gradient, g * gelu'(y) rounded to bf16 as a separate GELU passes it back: the
+  // channel's planes side by side, made once for both passes.
+  uint16_t* gelu_grad = nullptr;
+  if (a.activation != BatchNormActivation::None) {
+    const S* coef = a.activation_coef.as<S>();
+    const NormCoef<float> k{coef[c], coef[g.c + c], coef[2 * g.c + c], coef[3 * g.c + c]};
+    if (a.activation == BatchNormActivation::Relu) {
+      mask = ReluMask<Eigen::bfloat16>(k).isa_mask();
+    } else {
+      gelu_grad = thread_scratch<uint16_t>(kSlotMasked, g.count());
+      float* xs = thread_scratch<float>(kSlotX, g.hw);
+      float* gs = thread_scratch<float>(kSlotG, g.hw);
+      float* out = thread_scratch<float>(kSlotY, g.hw);
+      for (int64_t n = 0; n < g.n; ++n) {
+        convert_n(reinterpret_cast<const Eigen::bfloat16*>(bf16_plane(x, g, n, c)), xs, g.hw);
+        convert_n(reinterpret_cast<const Eigen::bfloat16*>(bf16_plane(gy, g, n, c)), gs, g.hw);
+        GeluGrad<Eigen::bfloat16>(k).apply(xs, gs, out, g.hw);
+        convert_n(out, reinterpret_cast<Eigen::bfloat16*>(gelu_grad + n * g.hw), g.hw);  // exact: already bf16
+      }
+    }
+  }
+  auto g_plane = [&](int64_t n) { return gelu_grad ? gelu_grad + n * g.hw : bf16_plane(gy, g, n, c); };
+  double sum_g = 0, sum_gd = 0;  // sum(g), sum(g * (x - mean))
+  bn.gradient_sums({bf16_plane(x, g, 0, c), g.n, g.hw, g.c * g.hw}, g_plane(0), gelu_grad ? g.hw : g.c * g.hw,
+                   mean_acc, mask, &sum_g, &sum_gd);
+  if (a.grad_weight.defined()) a.grad_weight.as<S>()[c] = static_cast<S>(sum_gd * invstd);
+  if (a.grad_bias.defined()) a.grad_bias.as<S>()[c] = static_cast<S>(sum_g);
+  if (!gx) return;
+  const S* weight = a.weight.defined() ? a.weight.as<S>() : nullptr;
+  const double count = static_cast<double>(g.count());
+  const double k = invstd * (weight ? static_cast<double>(weight[c]) : 1.0);
+  const float k_g = static_cast<float>(k);
+  const float k_d = static_cast<float>(-k * invstd * invstd * sum_gd / count);
+  const float k_0 = static_cast<float>(-k * sum_g / count);
+  for (int64_t n = 0; n < g.n; ++n) {
+    if (n + 1 < g.n) prefetch_values<1>(bf16_plane(gx, g, n + 1, c), g.hw);
+    bn.grad_input(bf16_plane(x, g, n, c), g_plane(n), bf16_plane(gx, g, n, c), g.hw, mean_acc, mask, k_g, k_d, k_0);
+  }
+}
+
 // grad_x = invstd * w * (g - mean(g) - xhat * mean(g * xhat)), grad_w = sum(g * xhat),
 // grad_b = sum(g), with xhat = (x - mean) * invstd from the forward's saved statistics. With a
 // fused ReLU, g is grad_output masked where the forward's y was not positive; with a fused GELU,
@@ -405,6 +540,12 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
   const double count = static_cast<double>(g.count());
   parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
+      if constexpr (std::is_same_v<T, Eigen::bfloat16>) {
+        if (bf16_planes<T>(g)) {
+          backward_bf16_channel<S>(a, g, c);
+          continue;
+        }
+      }
       const double mean = static_cast<double>(a.save_mean.as<S>()[c]);
       const double invstd = static_cast<double>(a.save_invstd.as<S>()[c]);
       const Acc mean_acc = static_cast<Acc>(mean);

@@ -197,6 +197,45 @@ enum class Bf16Route {
   Everything,   // every bf16 GEMM and convolution (AMX, vdpbf16ps on AMD; `scalar`, to test the walk)
 };
 
+// Batch norm's passes over one bf16 plane of n values, read and written as bf16 and widened and
+// rounded in registers (batch_norm.cpp): widening a channel into an fp32 buffer first and rounding
+// from one after took a bf16 forward five passes over memory where these take three. The same
+// loops for every level (batch_norm_bf16.h), so every level gives the same bits. Arithmetic is
+// separately rounded (no contraction): the fused ReLU's backward re-derives the forward's y.
+struct BnNorm {
+  float hi, lo, scale, shift;  // y = ((x - hi) - lo) * scale + shift
+};
+// Which gradient values a fused ReLU lets through: where x > t (side 1), x < t (side -1), or where
+// y > band recomputed from x (side 0); kNone: all of them.
+struct BnReluMask {
+  static constexpr int kNone = 2;
+  int side;
+  float t;
+  BnNorm k;
+  float band;
+};
+// A channel's planes of an NCHW bf16 tensor: plane p of hw values at data + p * stride.
+struct BnPlanes {
+  const uint16_t* data;
+  int64_t planes, hw, stride;
+};
+struct BatchNormBf16 {
+  // sum(x) in double: 32 lanes across the planes, added pairwise at the end.
+  double (*sum)(const BnPlanes& x);
+  // sum(((x - hi) - lo)^2): 32 fp32 lanes within a plane, added into 32 double lanes after each.
+  double (*sum_squared_deviations)(const BnPlanes& x, float hi, float lo);
+  // y = round(((x - hi) - lo) * scale + shift) for one plane of n values; with relu_band >= 0,
+  // y < -relu_band is stored as 0.
+  void (*normalize)(const uint16_t* x, uint16_t* y, int64_t n, const BnNorm& k, float relu_band);
+  // With g masked (plane p of g at g + p * g_stride): sum(g) as `sum` does, and sum(g * (x - mean))
+  // as `sum_squared_deviations` does.
+  void (*gradient_sums)(const BnPlanes& x, const uint16_t* g, int64_t g_stride, float mean, const BnReluMask& mask,
+                        double* sum_g, double* sum_gd);
+  // gx = round((g masked) * k_g + (x - mean) * k_d + k_0) for one plane of n values.
+  void (*grad_input)(const uint16_t* x, const uint16_t* g, uint16_t* gx, int64_t n, float mean,
+                     const BnReluMask& mask, float k_g, float k_d, float k_0);
+};
+
 struct Table {
   Level level;
   const char* name;
@@ -207,6 +246,7 @@ struct Table {
   Gelu gelu;
   Bf16Gemm bf16;  // tile == nullptr: no bf16 tile at this level
   Bf16Route bf16_route;
+  BatchNormBf16 batch_norm_bf16;
 };
 
 // The table in use: chosen on first use from cpuid, lowered by DEMI_CPU_ISA. Throws demi::Error
@@ -227,6 +267,7 @@ extern const Winograd4 kWinograd4Scalar, kWinograd4Avx2;  // the AVX-512 levels 
 extern const Convert kConvertScalar, kConvertAvx2, kConvertAvx512;
 extern const Gelu kGeluScalar, kGeluAvx2, kGeluAvx512;
 extern const Bf16Gemm kBf16Scalar, kBf16Avx512Bf16, kBf16Amx;
+extern const BatchNormBf16 kBatchNormBf16Scalar, kBatchNormBf16Avx2, kBatchNormBf16Avx512;
 // gemm_avx2.cpp's 8x8- and 4x8-block transpose (256-bit AVX), which the AVX-512 table shares.
 void transpose_avx2(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride);
 
