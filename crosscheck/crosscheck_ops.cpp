@@ -313,6 +313,9 @@ std::vector<Case> dtype_cases() {
   bn("batch_norm_train_no_affine", {4, 6, 5, 5}, true, false, "none", 0.1, 1e-5);
   bn("batch_norm_train_large", {32, 16, 16, 16}, true, true, "relu", 0.1, 1e-5);
   bn("batch_norm_train_large_gelu", {32, 16, 15, 15}, true, true, "gelu", 0.1, 1e-5);
+  // Planes of 143 values: bf16 takes its ISA passes from 100 values on, here with a 15-value tail.
+  bn("batch_norm_train_planes_with_tails", {6, 4, 11, 13}, true, true, "none", 0.1, 1e-5);
+  bn("batch_norm_eval_relu_planes_with_tails", {6, 4, 11, 13}, false, true, "relu", 0.1, 1e-5);
   bn("batch_norm_eval", {8, 5, 6, 7}, false, true, "none", 0.1, 1e-5);
   bn("batch_norm_eval_relu", {8, 5, 6, 7}, false, true, "relu", 0.1, 1e-5);
 
