@@ -38,6 +38,9 @@ const Case kCases[] = {
     {"nchw_small_planes_past_one_block", {40, 2, 7, 7}, true, 50.0, 2.0},
     // 17x17 planes, one by one in fp32: each longer than a block of the GELU kernel (gelu.h).
     {"nchw_planes_past_a_gelu_block", {3, 2, 17, 17}, true, 0.0, 1.5},
+    // 12x12 planes: bf16 reads planes of 100 values or more as bf16 (isa::BatchNormBf16), here
+    // with a mean far from 0 (hi + lo) and without weight and bias.
+    {"nchw_direct_bf16_planes_large_mean", {6, 2, 12, 12}, false, 1000.0, 8.0},
 };
 
 std::string describe(const Case& c, DType dtype) {
@@ -286,7 +289,7 @@ TEST(BatchNorm, ReluZeroBandIsWhatRoundsToZero) {
 // the parameter gradients become 0 and the running statistics stay (once a SIGFPE at H = 0).
 TEST(BatchNorm, EmptyInputsRunAndZeroTheParameterGradients) {
   Kernels& k = kernels_for(Device::cpu());
-  for (const Shape& shape : {Shape{0, 3}, Shape{0, 3, 4, 4}, Shape{2, 3, 0, 4}, Shape{2, 3, 4, 0}}) {
+  for (const Shape& shape : {Shape{0, 3}, Shape{0, 3, 4, 4}, Shape{0, 3, 10, 12}, Shape{2, 3, 0, 4}, Shape{2, 3, 4, 0}}) {
     for (const DType dtype : {DType::F32, DType::BF16}) {
       SCOPED_TRACE(describe(Case{"empty", shape, true, 0.0, 1.0}, dtype));
       HostTensor x(dtype, shape), y(dtype, shape), gy(dtype, shape), gx(dtype, shape);
