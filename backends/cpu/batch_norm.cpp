@@ -1,8 +1,9 @@
 // CpuKernels::batch_norm_*: per-channel normalisation of [N, C] or [N, C, H, W], one channel per
 // task. Statistics are fp32 (fp64 for fp64 input, for gradcheck), summed plane by plane into double
 // and formed in two passes (mean, then squared deviations) so that a large mean does not cancel.
-// bf16 planes of kGatheredPlane values or more are read and written as bf16 by the ISA level's
-// passes (isa::BatchNormBf16); other half inputs are widened into fp32 buffers (ChannelPlanes).
+// Half planes (bf16, fp16) of kGatheredPlane values or more are read and written as half values by
+// the ISA level's passes (isa::BatchNormHalf); smaller ones are widened into fp32 buffers
+// (ChannelPlanes).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -204,9 +205,9 @@ class ReluMask {
     t_ = side_ > 0 ? from_key(lo) : from_key(hi);  // x above the last dropped, or below the first
   }
 
-  // The same mask for the ISA level's bf16 passes (isa::BatchNormBf16).
+  // The same mask for the ISA level's half passes (isa::BatchNormHalf).
   isa::BnReluMask isa_mask() const {
-    static_assert(std::is_same_v<Acc, float>, "the bf16 passes take fp32 coefficients");
+    static_assert(std::is_same_v<Acc, float>, "the half passes take fp32 coefficients");
     return {side_, t_, {k_.hi, k_.lo, k_.scale, k_.shift}, relu_zero_band<T>()};
   }
 
@@ -350,32 +351,46 @@ NormCoef<Acc> norm_coef(const BatchNormArgs& a, const BnGeom& g, int64_t c, doub
   return k;
 }
 
-// bf16 planes of at least kGatheredPlane values are read and written in place by the ISA level's
-// BatchNormBf16 passes (isa.h), which widen and round in registers: three passes over a channel's
-// bf16 values forward (sum, squared deviations, normalise), two backward. Smaller planes, and fp16,
-// take the widened channel above.
+// Half planes (bf16, fp16) of at least kGatheredPlane values are read and written in place by the
+// ISA level's BatchNormHalf passes (isa.h), which widen and round in registers: three passes over
+// a channel's half values forward (sum, squared deviations, normalise), two backward. Smaller
+// planes take the widened channel above.
 template <typename T>
-bool bf16_planes(const BnGeom& g) {
-  return std::is_same_v<T, Eigen::bfloat16> && g.hw >= ChannelPlanes<T>::kGatheredPlane;
+constexpr bool kHalf = std::is_same_v<T, Eigen::bfloat16> || std::is_same_v<T, Eigen::half>;
+template <typename T>
+bool half_planes(const BnGeom& g) {
+  return kHalf<T> && g.hw >= ChannelPlanes<T>::kGatheredPlane;
+}
+template <typename T>
+const isa::BatchNormHalf& half_passes() {
+  return std::is_same_v<T, Eigen::bfloat16> ? isa::active().batch_norm_bf16 : isa::active().batch_norm_f16;
 }
 inline isa::BnNorm bn_norm(const NormCoef<float>& k) { return {k.hi, k.lo, k.scale, k.shift}; }
 
-// Plane n of channel c of an NCHW bf16 tensor, as bits.
+// Plane n of channel c of an NCHW half tensor, as bits.
 template <typename Bits>
-Bits* bf16_plane(Bits* t, const BnGeom& g, int64_t n, int64_t c) {
+Bits* half_plane(Bits* t, const BnGeom& g, int64_t n, int64_t c) {
   return t + (n * g.c + c) * g.hw;
 }
+template <typename T>
+const uint16_t* bits_of(const TensorRef& t) {
+  return reinterpret_cast<const uint16_t*>(t.as<T>());
+}
+template <typename T>
+uint16_t* mutable_bits_of(const TensorRef& t) {
+  return reinterpret_cast<uint16_t*>(t.as<T>());
+}
 
-// Channel c of a bf16 forward: sum, squared deviations and normalisation as the ISA level's
+// Channel c of a half forward: sum, squared deviations and normalisation as the ISA level's
 // passes over the planes (a fused GELU normalises into fp32 for gelu_block, plane by plane).
-template <typename S>
-void forward_bf16_channel(const BatchNormArgs& a, const BnGeom& g, int64_t c) {
-  const isa::BatchNormBf16& bn = isa::active().batch_norm_bf16;
-  const uint16_t* x = reinterpret_cast<const uint16_t*>(a.input.as<Eigen::bfloat16>());
-  uint16_t* y = reinterpret_cast<uint16_t*>(a.output.as<Eigen::bfloat16>());
+template <typename T, typename S>
+void forward_half_channel(const BatchNormArgs& a, const BnGeom& g, int64_t c) {
+  const isa::BatchNormHalf& bn = half_passes<T>();
+  const uint16_t* x = bits_of<T>(a.input);
+  uint16_t* y = mutable_bits_of<T>(a.output);
   double mean, invstd;
   if (a.mode == BatchNormMode::Train) {
-    const isa::BnPlanes planes{bf16_plane(x, g, 0, c), g.n, g.hw, g.c * g.hw};
+    const isa::BnPlanes planes{half_plane(x, g, 0, c), g.n, g.hw, g.c * g.hw};
     mean = bn.sum(planes) / static_cast<double>(g.count());
     const float hi = static_cast<float>(mean), lo = static_cast<float>(mean - static_cast<double>(hi));
     invstd = train_statistics<S>(a, g, c, mean, bn.sum_squared_deviations(planes, hi, lo));
@@ -385,20 +400,20 @@ void forward_bf16_channel(const BatchNormArgs& a, const BnGeom& g, int64_t c) {
   }
   const NormCoef<float> k = norm_coef<float, S>(a, g, c, mean, invstd);
   const bool gelu = a.activation == BatchNormActivation::Gelu;
-  const float relu_band = a.activation == BatchNormActivation::Relu ? relu_zero_band<Eigen::bfloat16>() : -1.0f;
+  const float relu_band = a.activation == BatchNormActivation::Relu ? relu_zero_band<T>() : -1.0f;
   for (int64_t n = 0; n < g.n; ++n) {
-    const uint16_t* xp = bf16_plane(x, g, n, c);
-    uint16_t* yp = bf16_plane(y, g, n, c);
-    if (n + 1 < g.n) prefetch_values<1>(bf16_plane(y, g, n + 1, c), g.hw);
+    const uint16_t* xp = half_plane(x, g, n, c);
+    uint16_t* yp = half_plane(y, g, n, c);
+    if (n + 1 < g.n) prefetch_values<1>(half_plane(y, g, n + 1, c), g.hw);
     if (!gelu) {
       bn.normalize(xp, yp, g.hw, bn_norm(k), relu_band);
       continue;
     }
     float* buf = thread_scratch<float>(kSlotY, g.hw);  // the GELU works on fp32 y (gelu_block)
-    convert_n(reinterpret_cast<const Eigen::bfloat16*>(xp), buf, g.hw);
-    normalize<Eigen::bfloat16>(buf, buf, g.hw, k, false);
-    gelu_in_place<Eigen::bfloat16>(buf, g.hw);
-    convert_n(buf, reinterpret_cast<Eigen::bfloat16*>(yp), g.hw);
+    convert_n(reinterpret_cast<const T*>(xp), buf, g.hw);
+    normalize<T>(buf, buf, g.hw, k, false);
+    gelu_in_place<T>(buf, g.hw);
+    convert_n(buf, reinterpret_cast<T*>(yp), g.hw);
   }
 }
 
@@ -411,9 +426,9 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
   const bool relu = a.activation == BatchNormActivation::Relu, gelu = a.activation == BatchNormActivation::Gelu;
   parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      if constexpr (std::is_same_v<T, Eigen::bfloat16>) {
-        if (bf16_planes<T>(g)) {
-          forward_bf16_channel<S>(a, g, c);
+      if constexpr (kHalf<T>) {
+        if (half_planes<T>(g)) {
+          forward_half_channel<T, S>(a, g, c);
           continue;
         }
       }
@@ -472,42 +487,42 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
   });
 }
 
-// Channel c of a bf16 backward (the formulas are `backward`'s, below): the gradient's two sums, then
+// Channel c of a half backward (the formulas are `backward`'s, below): the gradient's two sums, then
 // grad_x, as the ISA level's passes over the planes, a fused ReLU's mask applied inside them.
-template <typename S>
-void backward_bf16_channel(const BatchNormArgs& a, const BnGeom& g, int64_t c) {
-  const isa::BatchNormBf16& bn = isa::active().batch_norm_bf16;
-  const uint16_t* x = reinterpret_cast<const uint16_t*>(a.input.as<Eigen::bfloat16>());
-  const uint16_t* gy = reinterpret_cast<const uint16_t*>(a.grad_output.as<Eigen::bfloat16>());
-  uint16_t* gx = a.grad_input.defined() ? reinterpret_cast<uint16_t*>(a.grad_input.as<Eigen::bfloat16>()) : nullptr;
+template <typename T, typename S>
+void backward_half_channel(const BatchNormArgs& a, const BnGeom& g, int64_t c) {
+  const isa::BatchNormHalf& bn = half_passes<T>();
+  const uint16_t* x = bits_of<T>(a.input);
+  const uint16_t* gy = bits_of<T>(a.grad_output);
+  uint16_t* gx = a.grad_input.defined() ? mutable_bits_of<T>(a.grad_input) : nullptr;
   const double mean = static_cast<double>(a.save_mean.as<S>()[c]);
   const double invstd = static_cast<double>(a.save_invstd.as<S>()[c]);
   const float mean_acc = static_cast<float>(mean);
   isa::BnReluMask mask{isa::BnReluMask::kNone, 0.0f, {}, 0.0f};
-  // A fused GELU's gradient, g * gelu'(y) rounded to bf16 as a separate GELU passes it back: the
+  // A fused GELU's gradient, g * gelu'(y) rounded to T as a separate GELU passes it back: the
   // channel's planes side by side, made once for both passes.
   uint16_t* gelu_grad = nullptr;
   if (a.activation != BatchNormActivation::None) {
     const S* coef = a.activation_coef.as<S>();
     const NormCoef<float> k{coef[c], coef[g.c + c], coef[2 * g.c + c], coef[3 * g.c + c]};
     if (a.activation == BatchNormActivation::Relu) {
-      mask = ReluMask<Eigen::bfloat16>(k).isa_mask();
+      mask = ReluMask<T>(k).isa_mask();
     } else {
       gelu_grad = thread_scratch<uint16_t>(kSlotMasked, g.count());
       float* xs = thread_scratch<float>(kSlotX, g.hw);
       float* gs = thread_scratch<float>(kSlotG, g.hw);
       float* out = thread_scratch<float>(kSlotY, g.hw);
       for (int64_t n = 0; n < g.n; ++n) {
-        convert_n(reinterpret_cast<const Eigen::bfloat16*>(bf16_plane(x, g, n, c)), xs, g.hw);
-        convert_n(reinterpret_cast<const Eigen::bfloat16*>(bf16_plane(gy, g, n, c)), gs, g.hw);
-        GeluGrad<Eigen::bfloat16>(k).apply(xs, gs, out, g.hw);
-        convert_n(out, reinterpret_cast<Eigen::bfloat16*>(gelu_grad + n * g.hw), g.hw);  // exact: already bf16
+        convert_n(reinterpret_cast<const T*>(half_plane(x, g, n, c)), xs, g.hw);
+        convert_n(reinterpret_cast<const T*>(half_plane(gy, g, n, c)), gs, g.hw);
+        GeluGrad<T>(k).apply(xs, gs, out, g.hw);
+        convert_n(out, reinterpret_cast<T*>(gelu_grad + n * g.hw), g.hw);  // exact: already rounded to T
       }
     }
   }
-  auto g_plane = [&](int64_t n) { return gelu_grad ? gelu_grad + n * g.hw : bf16_plane(gy, g, n, c); };
+  auto g_plane = [&](int64_t n) { return gelu_grad ? gelu_grad + n * g.hw : half_plane(gy, g, n, c); };
   double sum_g = 0, sum_gd = 0;  // sum(g), sum(g * (x - mean))
-  bn.gradient_sums({bf16_plane(x, g, 0, c), g.n, g.hw, g.c * g.hw}, g_plane(0), gelu_grad ? g.hw : g.c * g.hw,
+  bn.gradient_sums({half_plane(x, g, 0, c), g.n, g.hw, g.c * g.hw}, g_plane(0), gelu_grad ? g.hw : g.c * g.hw,
                    mean_acc, mask, &sum_g, &sum_gd);
   if (a.grad_weight.defined()) a.grad_weight.as<S>()[c] = static_cast<S>(sum_gd * invstd);
   if (a.grad_bias.defined()) a.grad_bias.as<S>()[c] = static_cast<S>(sum_g);
@@ -519,8 +534,8 @@ void backward_bf16_channel(const BatchNormArgs& a, const BnGeom& g, int64_t c) {
   const float k_d = static_cast<float>(-k * invstd * invstd * sum_gd / count);
   const float k_0 = static_cast<float>(-k * sum_g / count);
   for (int64_t n = 0; n < g.n; ++n) {
-    if (n + 1 < g.n) prefetch_values<1>(bf16_plane(gx, g, n + 1, c), g.hw);
-    bn.grad_input(bf16_plane(x, g, n, c), g_plane(n), bf16_plane(gx, g, n, c), g.hw, mean_acc, mask, k_g, k_d, k_0);
+    if (n + 1 < g.n) prefetch_values<1>(half_plane(gx, g, n + 1, c), g.hw);
+    bn.grad_input(half_plane(x, g, n, c), g_plane(n), half_plane(gx, g, n, c), g.hw, mean_acc, mask, k_g, k_d, k_0);
   }
 }
 
@@ -540,9 +555,9 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
   const double count = static_cast<double>(g.count());
   parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      if constexpr (std::is_same_v<T, Eigen::bfloat16>) {
-        if (bf16_planes<T>(g)) {
-          backward_bf16_channel<S>(a, g, c);
+      if constexpr (kHalf<T>) {
+        if (half_planes<T>(g)) {
+          backward_half_channel<T, S>(a, g, c);
           continue;
         }
       }

@@ -197,11 +197,12 @@ enum class Bf16Route {
   Everything,   // every bf16 GEMM and convolution (AMX, vdpbf16ps on AMD; `scalar`, to test the walk)
 };
 
-// Batch norm's passes over one bf16 plane of n values, read and written as bf16 and widened and
-// rounded in registers (batch_norm.cpp): widening a channel into an fp32 buffer first and rounding
-// from one after took a bf16 forward five passes over memory where these take three. The same
-// loops for every level (batch_norm_bf16.h), so every level gives the same bits. Arithmetic is
-// separately rounded (no contraction): the fused ReLU's backward re-derives the forward's y.
+// Batch norm's passes over the planes of a half type (bf16 or fp16, as bits), read and written as
+// half values and widened and rounded in registers (batch_norm.cpp): widening a channel into an
+// fp32 buffer first and rounding from one after took a bf16 forward five passes over memory where
+// these take three. The same loops for every level (batch_norm_half.h), so every level gives the
+// same bits. Arithmetic is separately rounded (no contraction): the fused ReLU's backward re-derives
+// the forward's y.
 struct BnNorm {
   float hi, lo, scale, shift;  // y = ((x - hi) - lo) * scale + shift
 };
@@ -214,12 +215,12 @@ struct BnReluMask {
   BnNorm k;
   float band;
 };
-// A channel's planes of an NCHW bf16 tensor: plane p of hw values at data + p * stride.
+// A channel's planes of an NCHW half tensor: plane p of hw values at data + p * stride.
 struct BnPlanes {
   const uint16_t* data;
   int64_t planes, hw, stride;
 };
-struct BatchNormBf16 {
+struct BatchNormHalf {
   // sum(x) in double: 32 lanes across the planes, added pairwise at the end.
   double (*sum)(const BnPlanes& x);
   // sum(((x - hi) - lo)^2): 32 fp32 lanes within a plane, added into 32 double lanes after each.
@@ -246,7 +247,7 @@ struct Table {
   Gelu gelu;
   Bf16Gemm bf16;  // tile == nullptr: no bf16 tile at this level
   Bf16Route bf16_route;
-  BatchNormBf16 batch_norm_bf16;
+  BatchNormHalf batch_norm_bf16, batch_norm_f16;
 };
 
 // The table in use: chosen on first use from cpuid, lowered by DEMI_CPU_ISA. Throws demi::Error
@@ -267,7 +268,8 @@ extern const Winograd4 kWinograd4Scalar, kWinograd4Avx2;  // the AVX-512 levels 
 extern const Convert kConvertScalar, kConvertAvx2, kConvertAvx512;
 extern const Gelu kGeluScalar, kGeluAvx2, kGeluAvx512;
 extern const Bf16Gemm kBf16Scalar, kBf16Avx512Bf16, kBf16Amx;
-extern const BatchNormBf16 kBatchNormBf16Scalar, kBatchNormBf16Avx2, kBatchNormBf16Avx512;
+extern const BatchNormHalf kBatchNormBf16Scalar, kBatchNormBf16Avx2, kBatchNormBf16Avx512;
+extern const BatchNormHalf kBatchNormF16Scalar, kBatchNormF16Avx2, kBatchNormF16Avx512;
 // gemm_avx2.cpp's 8x8- and 4x8-block transpose (256-bit AVX), which the AVX-512 table shares.
 void transpose_avx2(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride);
 

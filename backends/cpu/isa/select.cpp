@@ -135,22 +135,27 @@ struct Registry {
     for (int i = 0; i < kNumLevels; ++i) missing[i] = missing_features(static_cast<Level>(i), features);
     auto add = [this](Level level, const F32Gemm& gemm, const Winograd& winograd, const Winograd4& winograd4,
                       const Convert& convert, const Gelu& gelu, const Bf16Gemm& bf16,
-                      const BatchNormBf16& batch_norm_bf16) {
+                      const BatchNormHalf& batch_norm_bf16, const BatchNormHalf& batch_norm_f16) {
       const int i = static_cast<int>(level);
-      tables[i] = Table{level, kNames[i], gemm, winograd, winograd4, convert,
-                        gelu,  bf16,      preferred_bf16_route(level, features), batch_norm_bf16};
+      tables[i] = Table{level, kNames[i], gemm, winograd, winograd4, convert, gelu, bf16,
+                        preferred_bf16_route(level, features), batch_norm_bf16, batch_norm_f16};
     };
     constexpr Bf16Gemm kNoBf16{0, 0, 0, nullptr, nullptr, nullptr, nullptr};
-    add(Level::Scalar, kGemmScalar, kWinogradScalar, kWinograd4Scalar, kConvertScalar, kGeluScalar, kBf16Scalar, kBatchNormBf16Scalar);
+    add(Level::Scalar, kGemmScalar, kWinogradScalar, kWinograd4Scalar, kConvertScalar, kGeluScalar, kBf16Scalar, kBatchNormBf16Scalar,
+        kBatchNormF16Scalar);
 #if defined(DEMI_ISA_X86)
-    add(Level::Avx2, kGemmAvx2, kWinogradAvx2, kWinograd4Avx2, kConvertAvx2, kGeluAvx2, kNoBf16, kBatchNormBf16Avx2);
-    add(Level::Avx512, kGemmAvx512, kWinogradAvx512, kWinograd4Avx2, kConvertAvx512, kGeluAvx512, kNoBf16, kBatchNormBf16Avx512);
+    add(Level::Avx2, kGemmAvx2, kWinogradAvx2, kWinograd4Avx2, kConvertAvx2, kGeluAvx2, kNoBf16, kBatchNormBf16Avx2,
+        kBatchNormF16Avx2);
+    add(Level::Avx512, kGemmAvx512, kWinogradAvx512, kWinograd4Avx2, kConvertAvx512, kGeluAvx512, kNoBf16, kBatchNormBf16Avx512,
+        kBatchNormF16Avx512);
 #endif
 #if defined(DEMI_ISA_AVX512BF16)
-    add(Level::Avx512Bf16, kGemmAvx512, kWinogradAvx512, kWinograd4Avx2, kConvertAvx512, kGeluAvx512, kBf16Avx512Bf16, kBatchNormBf16Avx512);
+    add(Level::Avx512Bf16, kGemmAvx512, kWinogradAvx512, kWinograd4Avx2, kConvertAvx512, kGeluAvx512, kBf16Avx512Bf16, kBatchNormBf16Avx512,
+        kBatchNormF16Avx512);
 #endif
 #if defined(DEMI_ISA_AMX)
-    add(Level::Amx, kGemmAvx512, kWinogradAvx512, kWinograd4Avx2, kConvertAvx512, kGeluAvx512, kBf16Amx, kBatchNormBf16Avx512);
+    add(Level::Amx, kGemmAvx512, kWinogradAvx512, kWinograd4Avx2, kConvertAvx512, kGeluAvx512, kBf16Amx, kBatchNormBf16Avx512,
+        kBatchNormF16Avx512);
 #endif
     (void)kNoBf16;
   }

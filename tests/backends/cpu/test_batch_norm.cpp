@@ -38,9 +38,9 @@ const Case kCases[] = {
     {"nchw_small_planes_past_one_block", {40, 2, 7, 7}, true, 50.0, 2.0},
     // 17x17 planes, one by one in fp32: each longer than a block of the GELU kernel (gelu.h).
     {"nchw_planes_past_a_gelu_block", {3, 2, 17, 17}, true, 0.0, 1.5},
-    // 12x12 planes: bf16 reads planes of 100 values or more as bf16 (isa::BatchNormBf16), here
+    // 12x12 planes: half types read planes of 100 values or more as such (isa::BatchNormHalf), here
     // with a mean far from 0 (hi + lo) and without weight and bias.
-    {"nchw_direct_bf16_planes_large_mean", {6, 2, 12, 12}, false, 1000.0, 8.0},
+    {"nchw_direct_half_planes_large_mean", {6, 2, 12, 12}, false, 1000.0, 8.0},
 };
 
 std::string describe(const Case& c, DType dtype) {

@@ -1,7 +1,7 @@
 // Pins backends/cpu/isa/: the choice of ISA level (cpuid, DEMI_CPU_ISA, clear errors for a level the
 // CPU lacks, checked on made-up CPUs too) and every level's microkernels against the plain C++
 // oracle (the scalar table): GEMM tiles, the transpose, Winograd transforms and F(4x4)'s column
-// moves, half conversions, batch norm's bf16 passes.
+// moves, half conversions, batch norm's half passes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -517,40 +517,51 @@ TEST_P(IsaKernels, GeluHalfIsItsDefinitionBitForBit) {
   }
 }
 
-// ---- batch norm's bf16 passes (isa::BatchNormBf16) ----
+// ---- batch norm's half passes (isa::BatchNormHalf), bf16 and fp16 ----
 
-float bf16_value(uint16_t b) {
-  const uint32_t u = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint16_t bf16_of(float f) {
-  uint16_t h;
-  kConvertScalar.f32_to_bf16(&f, &h, 1);
-  return h;
-}
+// One half type's bits: values through the scalar conversions, its table at a level, its
+// rounding's relative error, the ReLU's zero band and the largest finite value.
+struct HalfKind {
+  const char* name;
+  bool bf16;
+  float value(uint16_t h) const {
+    float f;
+    (bf16 ? kConvertScalar.bf16_to_f32 : kConvertScalar.f16_to_f32)(&h, &f, 1);
+    return f;
+  }
+  uint16_t of(float f) const {
+    uint16_t h;
+    (bf16 ? kConvertScalar.f32_to_bf16 : kConvertScalar.f32_to_f16)(&f, &h, 1);
+    return h;
+  }
+  const BatchNormHalf& passes(const Table& t) const { return bf16 ? t.batch_norm_bf16 : t.batch_norm_f16; }
+  double rounding() const { return bf16 ? 0x1p-8 : 0x1p-11; }
+  float band() const { return bf16 ? 0x1p-134f : 0x1p-25f; }
+  double max() const { return bf16 ? 3.38e38 : 65504.0; }
+};
+constexpr HalfKind kHalfKinds[] = {{"bf16", true}, {"fp16", false}};
 
-// A channel of `planes` planes of hw bf16 values, plane p at p * stride (the gaps hold a value that
+// A channel of `planes` planes of hw half values, plane p at p * stride (the gaps hold a value that
 // would show in any sum that read them): random values around `mean`, and `specials` at the start
 // of plane 1 when asked for.
-struct Bf16Channel {
+struct HalfChannel {
   int64_t planes, hw, stride;
   std::vector<uint16_t> data;
-  Bf16Channel(std::mt19937& rng, int64_t planes_, int64_t hw_, float mean, float spread,
+  HalfChannel(const HalfKind& h, std::mt19937& rng, int64_t planes_, int64_t hw_, float mean, float spread,
               const std::vector<float>& specials = {})
-      : planes(planes_), hw(hw_), stride(hw_ + 19), data(static_cast<size_t>(planes_ * (hw_ + 19)), bf16_of(1e30f)) {
+      : planes(planes_), hw(hw_), stride(hw_ + 19), data(static_cast<size_t>(planes_ * (hw_ + 19)), h.of(30000.0f)) {
     std::uniform_real_distribution<float> dist(mean - spread, mean + spread);
     for (int64_t p = 0; p < planes; ++p)
-      for (int64_t i = 0; i < hw; ++i) at(p, i) = bf16_of(dist(rng));
+      for (int64_t i = 0; i < hw; ++i) at(p, i) = h.of(dist(rng));
     for (size_t k = 0; k < specials.size() && planes > 1 && static_cast<int64_t>(k) < hw; ++k)
-      at(1, static_cast<int64_t>(k)) = bf16_of(specials[k]);
+      at(1, static_cast<int64_t>(k)) = h.of(specials[k]);
   }
   uint16_t& at(int64_t p, int64_t i) { return data[static_cast<size_t>(p * stride + i)]; }
+  uint16_t at(int64_t p, int64_t i) const { return data[static_cast<size_t>(p * stride + i)]; }
   BnPlanes view() const { return {data.data(), planes, hw, stride}; }
 };
 
-void expect_same_bf16(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want, const std::string& what) {
+void expect_same_half(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want, const std::string& what) {
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << what << ": element " << i;
 }
 uint64_t bits64(double d) {
@@ -559,108 +570,117 @@ uint64_t bits64(double d) {
   return b;
 }
 
-TEST_P(IsaKernels, BatchNormBf16SumsMatchTheOracleBitForBitAndFp64) {
+TEST_P(IsaKernels, BatchNormHalfSumsMatchTheOracleBitForBitAndFp64) {
   // Plane lengths around the 32 lanes (tails of 0, 1 and 31) and the nets' planes (15x15, 31x31, 32x32).
   std::mt19937 rng(12);
-  for (int64_t hw : {1, 31, 32, 33, 100, 225, 961, 1024}) {
-    for (float mean : {0.0f, 1000.0f}) {
-      SCOPED_TRACE("hw " + std::to_string(hw) + ", mean " + std::to_string(mean));
-      const Bf16Channel x(rng, 5, hw, mean, 3.0f), g(rng, 5, hw, 0.0f, 1.0f);
-      double sum = 0, sum_abs = 0;
-      for (int64_t p = 0; p < x.planes; ++p)
-        for (int64_t i = 0; i < hw; ++i) sum += bf16_value(x.data[p * x.stride + i]), sum_abs += std::fabs(bf16_value(x.data[p * x.stride + i]));
-      const double got_sum = t().batch_norm_bf16.sum(x.view());
-      EXPECT_EQ(bits64(got_sum), bits64(oracle().batch_norm_bf16.sum(x.view())));
-      EXPECT_NEAR(got_sum, sum, 1e-13 * sum_abs);
+  for (const HalfKind& h : kHalfKinds) {
+    const BatchNormHalf &passes = h.passes(t()), &oracle_passes = h.passes(oracle());
+    for (int64_t hw : {1, 31, 32, 33, 100, 225, 961, 1024}) {
+      for (float mean : {0.0f, 1000.0f}) {
+        SCOPED_TRACE(std::string(h.name) + ", hw " + std::to_string(hw) + ", mean " + std::to_string(mean));
+        const HalfChannel x(h, rng, 5, hw, mean, 3.0f), g(h, rng, 5, hw, 0.0f, 1.0f);
+        double sum = 0, sum_abs = 0;
+        for (int64_t p = 0; p < x.planes; ++p)
+          for (int64_t i = 0; i < hw; ++i) sum += h.value(x.at(p, i)), sum_abs += std::fabs(h.value(x.at(p, i)));
+        const double got_sum = passes.sum(x.view());
+        EXPECT_EQ(bits64(got_sum), bits64(oracle_passes.sum(x.view())));
+        EXPECT_NEAR(got_sum, sum, 1e-13 * sum_abs);
 
-      const double m = sum / static_cast<double>(x.planes * hw);
-      const float hi = static_cast<float>(m), lo = static_cast<float>(m - hi);
-      double sq = 0;
-      for (int64_t p = 0; p < x.planes; ++p)
-        for (int64_t i = 0; i < hw; ++i) sq += std::pow(bf16_value(x.data[p * x.stride + i]) - m, 2);
-      const double got_sq = t().batch_norm_bf16.sum_squared_deviations(x.view(), hi, lo);
-      EXPECT_EQ(bits64(got_sq), bits64(oracle().batch_norm_bf16.sum_squared_deviations(x.view(), hi, lo)));
-      EXPECT_NEAR(got_sq, sq, 1e-5 * sq);
+        const double m = sum / static_cast<double>(x.planes * hw);
+        const float hi = static_cast<float>(m), lo = static_cast<float>(m - hi);
+        double sq = 0;
+        for (int64_t p = 0; p < x.planes; ++p)
+          for (int64_t i = 0; i < hw; ++i) sq += std::pow(h.value(x.at(p, i)) - m, 2);
+        const double got_sq = passes.sum_squared_deviations(x.view(), hi, lo);
+        EXPECT_EQ(bits64(got_sq), bits64(oracle_passes.sum_squared_deviations(x.view(), hi, lo)));
+        EXPECT_NEAR(got_sq, sq, 1e-5 * sq);
 
-      // Gradient sums under every mask: bit for bit the oracle's, and within fp32 sums of fp64.
-      const BnNorm k{hi, lo, 0.75f, -0.25f};
-      for (int side : {BnReluMask::kNone, 1, -1, 0}) {
-        const BnReluMask mask{side, mean + 0.5f, k, 0x1p-134f};
-        auto keep = [&](float xv) {
-          if (side == 1) return xv > mask.t;
-          if (side == -1) return xv < mask.t;
-          if (side == 0) return ((xv - k.hi) - k.lo) * k.scale + k.shift > mask.band;
-          return true;
-        };
-        double want_g = 0, want_gd = 0, gd_abs = 0;
-        for (int64_t p = 0; p < x.planes; ++p) {
-          for (int64_t i = 0; i < hw; ++i) {
-            const float xv = bf16_value(x.data[p * x.stride + i]), gv = bf16_value(g.data[p * g.stride + i]);
-            if (!keep(xv)) continue;
-            want_g += gv, want_gd += gv * (xv - static_cast<double>(hi)), gd_abs += std::fabs(gv * (xv - static_cast<double>(hi)));
+        // Gradient sums under every mask: bit for bit the oracle's, and within fp32 sums of fp64.
+        const BnNorm k{hi, lo, 0.75f, -0.25f};
+        for (int side : {BnReluMask::kNone, 1, -1, 0}) {
+          const BnReluMask mask{side, mean + 0.5f, k, h.band()};
+          auto keep = [&](float xv) {
+            if (side == 1) return xv > mask.t;
+            if (side == -1) return xv < mask.t;
+            if (side == 0) return ((xv - k.hi) - k.lo) * k.scale + k.shift > mask.band;
+            return true;
+          };
+          double want_g = 0, want_gd = 0, gd_abs = 0;
+          for (int64_t p = 0; p < x.planes; ++p) {
+            for (int64_t i = 0; i < hw; ++i) {
+              const float xv = h.value(x.at(p, i)), gv = h.value(g.at(p, i));
+              if (!keep(xv)) continue;
+              const double d = gv * (xv - static_cast<double>(hi));
+              want_g += gv, want_gd += d, gd_abs += std::fabs(d);
+            }
           }
+          double sum_g = 0, sum_gd = 0, oracle_g = 0, oracle_gd = 0;
+          passes.gradient_sums(x.view(), g.data.data(), g.stride, hi, mask, &sum_g, &sum_gd);
+          oracle_passes.gradient_sums(x.view(), g.data.data(), g.stride, hi, mask, &oracle_g, &oracle_gd);
+          EXPECT_EQ(bits64(sum_g), bits64(oracle_g)) << "side " << side;
+          EXPECT_EQ(bits64(sum_gd), bits64(oracle_gd)) << "side " << side;
+          EXPECT_NEAR(sum_g, want_g, 1e-12 * static_cast<double>(x.planes * hw)) << "side " << side;
+          EXPECT_NEAR(sum_gd, want_gd, 1e-6 * gd_abs + 1e-30) << "side " << side;
         }
-        double sum_g = 0, sum_gd = 0, oracle_g = 0, oracle_gd = 0;
-        t().batch_norm_bf16.gradient_sums(x.view(), g.data.data(), g.stride, hi, mask, &sum_g, &sum_gd);
-        oracle().batch_norm_bf16.gradient_sums(x.view(), g.data.data(), g.stride, hi, mask, &oracle_g, &oracle_gd);
-        EXPECT_EQ(bits64(sum_g), bits64(oracle_g)) << "side " << side;
-        EXPECT_EQ(bits64(sum_gd), bits64(oracle_gd)) << "side " << side;
-        EXPECT_NEAR(sum_g, want_g, 1e-12 * static_cast<double>(x.planes * hw)) << "side " << side;
-        EXPECT_NEAR(sum_gd, want_gd, 1e-6 * gd_abs + 1e-30) << "side " << side;
       }
     }
   }
 }
 
-TEST_P(IsaKernels, BatchNormBf16ElementPassesMatchTheOracleBitForBit) {
+TEST_P(IsaKernels, BatchNormHalfElementPassesMatchTheOracleBitForBit) {
   // normalize and grad_input, element by element: the level's bits are the oracle's, specials
   // included (NaN, infinities, zeros of both signs, subnormals, values at the ReLU's band), and the
-  // oracle's are its definition in fp64 rounded once to bf16 (within that rounding).
+  // oracle's are their definition in fp64 rounded once to the half type (within that rounding).
   std::mt19937 rng(13);
-  const std::vector<float> specials = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 0x1p-133f, -0x1p-133f, 1e-38f, -1e-38f,
-                                       0.5f, -0.5f, 3.0e38f, -3.0e38f};
-  for (int64_t n : {1, 15, 16, 17, 33, 225, 1024}) {
-    SCOPED_TRACE("n " + std::to_string(n));
-    const Bf16Channel x(rng, 2, n, 0.25f, 2.0f, specials), g(rng, 2, n, 0.0f, 1.0f, specials);
-    const uint16_t* xp = x.data.data() + x.stride;  // plane 1: the specials first
-    const uint16_t* gp = g.data.data() + g.stride;
-    for (const BnNorm& k : {BnNorm{0.25f, 1e-9f, 1.5f, 0.125f}, BnNorm{0.25f, 0.0f, -2.0f, 0x1p-135f},
-                            BnNorm{0.25f, 0.0f, 0.0f, -0.0f}}) {
-      for (float band : {-1.0f, 0x1p-134f}) {
-        std::vector<uint16_t> got(n + 3, 0xabcd), want(n + 3, 0xabcd);
-        t().batch_norm_bf16.normalize(xp, got.data(), n, k, band);
-        oracle().batch_norm_bf16.normalize(xp, want.data(), n, k, band);
-        expect_same_bf16(got, want, "normalize, scale " + std::to_string(k.scale) + ", band " + std::to_string(band));
-        for (int64_t i = 0; i < n; ++i) {
-          const double y = (static_cast<double>(bf16_value(xp[i])) - k.hi - k.lo) * k.scale + k.shift;
-          const float w = bf16_value(want[i]);
-          if (std::isnan(y)) {
-            EXPECT_TRUE(std::isnan(w)) << i;
-          } else if (band >= 0 && y < -band) {
-            EXPECT_EQ(bits(w), 0u) << i << ": " << y;  // +0
-          } else if (std::isfinite(y)) {
-            EXPECT_NEAR(w, y, std::fabs(y) * 0x1p-8 + 1e-6 * std::fabs(bf16_value(xp[i]) * k.scale)) << i;
+  const std::vector<float> specials = {NAN,   INFINITY, -INFINITY, 0.0f,    -0.0f,  0x1p-133f, -0x1p-133f, 0x1p-25f,
+                                       -0x1p-25f, 1e-38f, -1e-38f, 0.5f, -0.5f, 3.0e38f, -3.0e38f, 60000.0f};
+  for (const HalfKind& h : kHalfKinds) {
+    const BatchNormHalf &passes = h.passes(t()), &oracle_passes = h.passes(oracle());
+    for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 33, 225, 1024}) {
+      SCOPED_TRACE(std::string(h.name) + ", n " + std::to_string(n));
+      const HalfChannel x(h, rng, 2, n, 0.25f, 2.0f, specials), g(h, rng, 2, n, 0.0f, 1.0f, specials);
+      const uint16_t* xp = x.data.data() + x.stride;  // plane 1: the specials first
+      const uint16_t* gp = g.data.data() + g.stride;
+      const float band = h.band();
+      for (const BnNorm& k : {BnNorm{0.25f, 1e-9f, 1.5f, 0.125f}, BnNorm{0.25f, 0.0f, -2.0f, band / 2},
+                              BnNorm{0.25f, 0.0f, 0.0f, -0.0f}}) {
+        for (float relu_band : {-1.0f, band}) {
+          std::vector<uint16_t> got(n + 3, 0xabcd), want(n + 3, 0xabcd);
+          passes.normalize(xp, got.data(), n, k, relu_band);
+          oracle_passes.normalize(xp, want.data(), n, k, relu_band);
+          expect_same_half(got, want, "normalize, scale " + std::to_string(k.scale) + ", band " + std::to_string(relu_band));
+          for (int64_t i = 0; i < n; ++i) {
+            const double y = (static_cast<double>(h.value(xp[i])) - k.hi - k.lo) * k.scale + k.shift;
+            const float w = h.value(want[i]);
+            if (std::isnan(y)) {
+              EXPECT_TRUE(std::isnan(w)) << i;
+            } else if (relu_band >= 0 && y < -relu_band) {
+              EXPECT_EQ(bits(w), 0u) << i << ": " << y;  // +0
+            } else if (std::fabs(y) < 0.99 * h.max()) {
+              EXPECT_NEAR(w, y, std::fabs(y) * h.rounding() + 0x1p-24 + 1e-6 * std::fabs(h.value(xp[i]) * k.scale)) << i;
+            }
           }
         }
-      }
-      for (int side : {BnReluMask::kNone, 1, -1, 0}) {
-        const BnReluMask mask{side, 0.3f, k, 0x1p-134f};
-        std::vector<uint16_t> got(n + 3, 0xabcd), want(n + 3, 0xabcd);
-        t().batch_norm_bf16.grad_input(xp, gp, got.data(), n, 0.25f, mask, 1.5f, -0.75f, 0.0625f);
-        oracle().batch_norm_bf16.grad_input(xp, gp, want.data(), n, 0.25f, mask, 1.5f, -0.75f, 0.0625f);
-        expect_same_bf16(got, want, "grad_input, side " + std::to_string(side));
-        for (int64_t i = 0; i < n; ++i) {
-          const float xv = bf16_value(xp[i]);
-          const bool kept = side == 1    ? xv > 0.3f
-                            : side == -1 ? xv < 0.3f
-                            : side == 0  ? ((xv - k.hi) - k.lo) * k.scale + k.shift > mask.band
-                                         : true;
-          const double gx = (kept ? bf16_value(gp[i]) : 0.0) * 1.5 + (xv - 0.25) * -0.75 + 0.0625;
-          const float w = bf16_value(want[i]);
-          if (std::isnan(gx)) {
-            EXPECT_TRUE(std::isnan(w)) << i;
-          } else if (std::isfinite(gx) && std::fabs(gx) < 1e30) {
-            EXPECT_NEAR(w, gx, std::fabs(gx) * 0x1p-8 + 1e-6 * (std::fabs(xv) + std::fabs(bf16_value(gp[i])))) << i;
+        for (int side : {BnReluMask::kNone, 1, -1, 0}) {
+          const BnReluMask mask{side, 0.3f, k, band};
+          std::vector<uint16_t> got(n + 3, 0xabcd), want(n + 3, 0xabcd);
+          passes.grad_input(xp, gp, got.data(), n, 0.25f, mask, 1.5f, -0.75f, 0.0625f);
+          oracle_passes.grad_input(xp, gp, want.data(), n, 0.25f, mask, 1.5f, -0.75f, 0.0625f);
+          expect_same_half(got, want, "grad_input, side " + std::to_string(side));
+          for (int64_t i = 0; i < n; ++i) {
+            const float xv = h.value(xp[i]);
+            const bool kept = side == 1    ? xv > 0.3f
+                              : side == -1 ? xv < 0.3f
+                              : side == 0  ? ((xv - k.hi) - k.lo) * k.scale + k.shift > mask.band
+                                           : true;
+            const double gx = (kept ? h.value(gp[i]) : 0.0) * 1.5 + (xv - 0.25) * -0.75 + 0.0625;
+            const float w = h.value(want[i]);
+            if (std::isnan(gx)) {
+              EXPECT_TRUE(std::isnan(w)) << i;
+            } else if (std::fabs(gx) < 0.99 * h.max()) {
+              EXPECT_NEAR(w, gx, std::fabs(gx) * h.rounding() + 0x1p-24 + 1e-6 * (std::fabs(xv) + std::fabs(h.value(gp[i]))))
+                  << i;
+            }
           }
         }
       }
