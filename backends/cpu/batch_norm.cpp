@@ -313,6 +313,13 @@ class GeluGrad {
   NormCoef<Acc> k_{};
 };
 
+// Channel c's mean and invstd in eval mode, from the running statistics.
+template <typename S>
+void eval_statistics(const BatchNormArgs& a, int64_t c, double& mean, double& invstd) {
+  mean = static_cast<double>(a.running_mean.as<S>()[c]);
+  invstd = 1.0 / std::sqrt(static_cast<double>(a.running_var.as<S>()[c]) + a.eps);
+}
+
 // A channel's statistics from its sum and its sum of squared deviations from the mean (NormCoef's
 // hi + lo): saved for the backward and folded into the running ones. Returns invstd.
 template <typename S>
@@ -395,8 +402,7 @@ void forward_half_channel(const BatchNormArgs& a, const BnGeom& g, int64_t c) {
     const float hi = static_cast<float>(mean), lo = static_cast<float>(mean - static_cast<double>(hi));
     invstd = train_statistics<S>(a, g, c, mean, bn.sum_squared_deviations(planes, hi, lo));
   } else {
-    mean = static_cast<double>(a.running_mean.as<S>()[c]);
-    invstd = 1.0 / std::sqrt(static_cast<double>(a.running_var.as<S>()[c]) + a.eps);
+    eval_statistics<S>(a, c, mean, invstd);
   }
   const NormCoef<float> k = norm_coef<float, S>(a, g, c, mean, invstd);
   const bool gelu = a.activation == BatchNormActivation::Gelu;
@@ -463,8 +469,7 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
         }
         invstd = train_statistics<S>(a, g, c, mean, sq);
       } else {
-        mean = static_cast<double>(a.running_mean.as<S>()[c]);
-        invstd = 1.0 / std::sqrt(static_cast<double>(a.running_var.as<S>()[c]) + a.eps);
+        eval_statistics<S>(a, c, mean, invstd);
       }
       const NormCoef<Acc> k = norm_coef<Acc, S>(a, g, c, mean, invstd);
       if (whole) {  // the channel at once, then rounded plane by plane
@@ -485,6 +490,19 @@ void forward(const BatchNormArgs& a, const BnGeom& g) {
       }
     }
   });
+}
+
+// grad_x = g * k_g + (x - mean) * k_d + k_0 for channel c (the formulas at `backward`, below).
+template <typename Acc>
+struct GradCoef {
+  Acc k_g, k_d, k_0;
+};
+template <typename Acc, typename S>
+GradCoef<Acc> grad_coef(const BatchNormArgs& a, const BnGeom& g, int64_t c, double invstd, double sum_g, double sum_gd) {
+  const S* weight = a.weight.defined() ? a.weight.as<S>() : nullptr;
+  const double count = static_cast<double>(g.count());
+  const double k = invstd * (weight ? static_cast<double>(weight[c]) : 1.0);
+  return {static_cast<Acc>(k), static_cast<Acc>(-k * invstd * invstd * sum_gd / count), static_cast<Acc>(-k * sum_g / count)};
 }
 
 // Channel c of a half backward (the formulas are `backward`'s, below): the gradient's two sums, then
@@ -527,12 +545,7 @@ void backward_half_channel(const BatchNormArgs& a, const BnGeom& g, int64_t c) {
   if (a.grad_weight.defined()) a.grad_weight.as<S>()[c] = static_cast<S>(sum_gd * invstd);
   if (a.grad_bias.defined()) a.grad_bias.as<S>()[c] = static_cast<S>(sum_g);
   if (!gx) return;
-  const S* weight = a.weight.defined() ? a.weight.as<S>() : nullptr;
-  const double count = static_cast<double>(g.count());
-  const double k = invstd * (weight ? static_cast<double>(weight[c]) : 1.0);
-  const float k_g = static_cast<float>(k);
-  const float k_d = static_cast<float>(-k * invstd * invstd * sum_gd / count);
-  const float k_0 = static_cast<float>(-k * sum_g / count);
+  const auto [k_g, k_d, k_0] = grad_coef<float, S>(a, g, c, invstd, sum_g, sum_gd);
   for (int64_t n = 0; n < g.n; ++n) {
     if (n + 1 < g.n) prefetch_values<1>(half_plane(gx, g, n + 1, c), g.hw);
     bn.grad_input(half_plane(x, g, n, c), g_plane(n), half_plane(gx, g, n, c), g.hw, mean_acc, mask, k_g, k_d, k_0);
@@ -549,10 +562,8 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
   const T* x = a.input.as<T>();
   const T* gy = a.grad_output.as<T>();
   T* gx = a.grad_input.defined() ? a.grad_input.as<T>() : nullptr;
-  const S* weight = a.weight.defined() ? a.weight.as<S>() : nullptr;
   const S* coef = a.activation != BatchNormActivation::None ? a.activation_coef.as<S>() : nullptr;
   const bool relu = a.activation == BatchNormActivation::Relu;
-  const double count = static_cast<double>(g.count());
   parallel_for(g.c, 3 * g.count(), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       if constexpr (kHalf<T>) {
@@ -615,10 +626,7 @@ void backward(const BatchNormArgs& a, const BnGeom& g) {
       if (a.grad_weight.defined()) a.grad_weight.as<S>()[c] = static_cast<S>(sum_gd * invstd);
       if (a.grad_bias.defined()) a.grad_bias.as<S>()[c] = static_cast<S>(sum_g);
       if (!gx) continue;
-      const double k = invstd * (weight ? static_cast<double>(weight[c]) : 1.0);
-      const Acc k_g = static_cast<Acc>(k);
-      const Acc k_d = static_cast<Acc>(-k * invstd * invstd * sum_gd / count);
-      const Acc k_0 = static_cast<Acc>(-k * sum_g / count);
+      const auto [k_g, k_d, k_0] = grad_coef<Acc, S>(a, g, c, invstd, sum_g, sum_gd);
       if (whole) {  // the channel in one expression, then rounded plane by plane
         Acc* buf = thread_scratch<Acc>(kSlotY, g.count());
         ArrayMap<Acc>(buf, g.count()) = ConstArrayMap<Acc>(g_whole, g.count()) * k_g +
