@@ -52,18 +52,32 @@ void set_gflops(benchmark::State& state, double flops) {
   state.counters["threads"] = omp_get_max_threads();
 }
 
+// C = A B (tb 0) or A B^T (tb 1, as Linear's forward multiplies by its weight), m x n x k, through
+// CpuKernels::gemm; scripts/bench-gemm-vs-pytorch times torch.matmul on the same shapes.
 void BM_GemmDemi(benchmark::State& state, DType dtype) {
-  const int64_t n = state.range(0);
-  Buffer a(dtype, {n, n}), b(dtype, {n, n}), c(dtype, {n, n});
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const bool tb = state.range(3) != 0;
+  Buffer a(dtype, {m, k}), b(dtype, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}), c(dtype, {m, n});
   GemmArgs args;
   args.a = a.ref(), args.b = b.ref(), args.c = c.ref();
-  args.m = args.n = args.k = n;
-  Kernels& k = kernels_for(Device::cpu());
+  args.m = m, args.n = n, args.k = k;
+  args.trans_b = tb ? Transpose::Yes : Transpose::No;
+  Kernels& kernels = kernels_for(Device::cpu());
   for (auto _ : state) {
-    k.gemm(args);
+    kernels.gemm(args);
     benchmark::DoNotOptimize(c.storage.data());
   }
-  set_gflops(state, 2.0 * n * n * n);
+  set_gflops(state, 2.0 * m * n * k);
+}
+
+// Squares, then Linear's forward at batch 128 (1024 -> 1024) and a transformer MLP's first layer
+// (2048 tokens, 768 -> 3072).
+void gemm_shapes(benchmark::internal::Benchmark* b, bool all) {
+  b->ArgNames({"m", "n", "k", "tb"});
+  for (const int64_t n : {256, 512, 1024, 2048}) {
+    if (all || n == 1024) b->Args({n, n, n, 0});
+  }
+  if (all) b->Args({128, 1024, 1024, 1})->Args({2048, 3072, 768, 1});
 }
 
 // Eigen alone: a plain column-major MatrixXf product, parallelised by Eigen's own OpenMP.
@@ -107,11 +121,26 @@ void BM_Bf16TileInCache(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(100 * 2.0 * t.mr * t.nr * kp / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The level's fp32 tile alone, the same way (k = 128, the GEMMs' depth block).
+void BM_F32TileInCache(benchmark::State& state) {
+  namespace isa = demi::backend::cpu::isa;
+  const isa::F32Gemm& t = isa::active().gemm;
+  const int64_t k = 128;
+  std::vector<float> a(t.mr * k, 1.0f), b(k * t.nr, 1.0f), c(t.mr * t.nr);
+  const isa::F32TileArgs args{a.data(), b.data(), t.nr, c.data(), t.nr, k, t.mr, t.nr, nullptr, state.range(0) != 0};
+  for (auto _ : state) {
+    for (int i = 0; i < 100; ++i) t.tile(args);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(100 * 2.0 * t.mr * t.nr * k / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_F32TileInCache)->Arg(0)->Arg(1)->ComputeStatistics("max", max_of)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Bf16TileInCache)->ComputeStatistics("max", max_of)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmEigen)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GemmDemi, f32, DType::F32)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GemmDemi, f16, DType::F16)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GemmDemi, bf16, DType::BF16)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemmDemi, f32, DType::F32)->Apply([](auto* b) { gemm_shapes(b, true); })->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemmDemi, f16, DType::F16)->Apply([](auto* b) { gemm_shapes(b, false); })->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemmDemi, bf16, DType::BF16)->Apply([](auto* b) { gemm_shapes(b, false); })->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 
 // SmallCNN's and AirNet's 3x3 convolutions (padding 1, stride 1) at batch 128.
 struct ConvShape {
@@ -327,4 +356,11 @@ BENCHMARK_CAPTURE(BM_GeluAirNet, bf16_backward, DType::BF16, Pass::BackwardData)
 }  // namespace
 }  // namespace demi::backend
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::AddCustomContext("cpu_isa", demi::backend::cpu::isa::active().name);  // the level the rows ran at
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

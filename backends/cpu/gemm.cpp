@@ -1,7 +1,10 @@
-// CpuKernels::gemm: batched row-major C = alpha * op(A) op(B) + beta * C (+ bias) on Eigen's GEMM.
-// fp32/fp64 operands are mapped in place (transposes are Eigen views, no copies); half operands are
-// widened to fp32 once, multiplied by one sgemm and rounded once into C, as tensor cores do. bf16
-// operands go to the ISA level's bf16 tile instead where it has one (AMX, AVX512_BF16).
+// CpuKernels::gemm: batched row-major C = alpha * op(A) op(B) + beta * C (+ bias). fp32 products run
+// on the ISA level's fp32 tile where it is wider than the baseline (AVX-512: isa::F32Gemm::matmuls),
+// else on Eigen's GEMM with the operands mapped in place (transposes are Eigen views, no copies), as
+// fp64 ones always do. Half operands are widened to fp32 once, multiplied by one sgemm and rounded
+// once into C, as tensor cores do; bf16 operands go to the level's bf16 tile instead where it has
+// one (AMX, AVX512_BF16).
+#include <algorithm>
 #include <type_traits>
 
 #include "backends/cpu/common.h"
@@ -18,13 +21,105 @@ using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMaj
 template <typename T>
 using ConstRowMap = Eigen::Map<const RowMatrix<T>>;
 
-// Scratch slots of the calling thread; none is used inside the batch-parallel region.
-enum Slot { kSlotA = 0, kSlotB = 1, kSlotC = 2, kSlotBias = 3 };
+// Scratch slots: A to kSlotBias are the calling thread's, never used inside the batch-parallel
+// region; each thread packs its products into its own kSlotPackedA and kSlotPackedB.
+enum Slot { kSlotA = 0, kSlotB = 1, kSlotC = 2, kSlotBias = 3, kSlotPackedA = 4, kSlotPackedB = 5 };
+
+// Products of fewer flops run on one thread (about 4 us: waking the other threads costs 1-2).
+constexpr double kParallelFlops = 1 << 20;
+// The most of B sgemm_packed packs at a time.
+constexpr int64_t kPackedBBytes = int64_t{16} << 20;
+
+// An fp32 product on the ISA level's tile (packed_gemm.h), for which Eigen's GEMM, built for the
+// library's baseline (AVX2), reaches half an AVX-512 core's FMA rate: op(A) packed into panels with
+// alpha folded in, op(B) packed into column strips for large products, then C in blocks. One
+// parallel region: the threads pack shares of A and B, then form C by rows (whole panels) or by
+// columns (whole strips), whichever gives the busiest thread less (512 columns are 11 strips of
+// 48, 6 of them one thread's).
+void sgemm_packed(const float* a, const float* b, float* c, const float* bias, const GemmArgs& g) {
+  namespace pg = packed_gemm;
+  const isa::F32Gemm& tile = isa::active().gemm;
+  const int64_t m = g.m, n = g.n, k = g.k, mr = tile.mr, nr = tile.nr;
+  const bool ta = g.trans_a == Transpose::Yes, tb = g.trans_b == Transpose::Yes;
+  float* a_packed = thread_scratch<float>(kSlotPackedA, pg::packed_size(m, k));
+  const int64_t panels = (m + mr - 1) / mr, strips = (n + nr - 1) / nr;
+  const bool parallel = !omp_in_parallel() && 2.0 * static_cast<double>(m * n) * static_cast<double>(k) >= kParallelFlops;
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  auto busiest = [&](int64_t units, int64_t unit, int64_t size) {
+    return static_cast<double>(std::min(size, (units + threads - 1) / threads * unit)) / static_cast<double>(size);
+  };
+  const bool split_columns = busiest(strips, nr, n) <= busiest(panels, mr, m);
+  // B is packed when a thread's rows of A outgrow L2 and are taken in blocks, each meeting all of
+  // B; else each block of B is copied (or transposed) into L1 once, as the convolutions' GEMMs do,
+  // without a pass over all of B first (512^3: 383 GFLOP/s against 352 packed; 1024^3: 332 against
+  // 360). A B of more than kPackedBBytes is packed a chunk of whole strips at a time, so that the
+  // scratch the threads keep stays bounded (a language model's output layer is 150 MB).
+  const int64_t thread_rows = split_columns ? m : std::min(m, (panels + threads - 1) / threads * mr);
+  const bool pack_b = thread_rows * k * static_cast<int64_t>(sizeof(float)) > pg::kPanelBlockBytes;
+  const int64_t chunk = pack_b ? std::clamp<int64_t>(kPackedBBytes / (k * nr * int64_t{sizeof(float)}), 1, strips) : strips;
+  float* b_packed = pack_b ? thread_scratch<float>(kSlotPackedB, chunk * nr * k) : nullptr;
+  const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+  const auto accumulate = g.beta == 0.0 ? pg::Accumulate::No : pg::Accumulate::Yes;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    auto share = [&](int64_t begin, int64_t end, int64_t& from, int64_t& to) {
+      const int64_t size = (end - begin + nt - 1) / nt;
+      from = std::min(end, begin + t * size), to = std::min(end, from + size);
+    };
+    int64_t p0, p1;
+    share(0, panels, p0, p1);
+    const int64_t r0 = p0 * mr, r1 = std::min(m, p1 * mr);
+    if (r0 < r1) {
+      pg::pack_a(ta ? a + r0 : a + r0 * k, ta ? 1 : k, ta ? m : 1, r1 - r0, k, a_packed + r0 * k);
+      if (alpha != 1.0f) {
+        for (int64_t i = r0 * k; i < p1 * mr * k; ++i) a_packed[i] *= alpha;
+      }
+    }
+    for (int64_t j0 = 0; j0 < strips; j0 += chunk) {  // once unless B is packed in chunks
+      const int64_t j1 = std::min(strips, j0 + chunk), first = j0 * nr;  // C's first column in the chunk
+      int64_t s0, s1;
+      share(j0, j1, s0, s1);
+      const int64_t c0 = s0 * nr, c1 = std::min(n, s1 * nr);
+      if (pack_b && c0 < c1) {
+        pg::pack_b(tb ? b + c0 * k : b + c0, tb ? 1 : n, tb ? k : 1, k, c1 - c0, b_packed + (c0 - first) * k);
+      }
+#pragma omp barrier
+      const int64_t rb = split_columns ? 0 : r0, re = split_columns ? m : r1;
+      const int64_t cb = split_columns ? c0 : first, ce = split_columns ? c1 : std::min(n, j1 * nr);
+      if (rb < re && cb < ce) {
+        if (beta != 0.0f && beta != 1.0f) {
+          for (int64_t r = rb; r < re; ++r) {
+            for (int64_t j = cb; j < ce; ++j) c[r * n + j] *= beta;
+          }
+        }
+        if (pack_b) {  // the chunk's columns counted from its first
+          pg::gemm_packed_b(a_packed, b_packed, k, rb, re, cb - first, ce - first, c + first, n, accumulate);
+        } else if (tb) {
+          pg::gemm_bt(a_packed + rb * k, re - rb, k, b + cb * k, k, ce - cb, c + rb * n + cb, n, accumulate);
+        } else {
+          pg::gemm(a_packed + rb * k, re - rb, k, b + cb, n, ce - cb, c + rb * n + cb, n, nullptr, accumulate);
+        }
+        if (bias) {
+          for (int64_t r = rb; r < re; ++r) {
+            for (int64_t j = cb; j < ce; ++j) c[r * n + j] += bias[j];
+          }
+        }
+      }
+      if (j1 < strips) {
+#pragma omp barrier
+      }
+    }
+  }
+}
 
 // One product in the compute type T (float or double): c = alpha * op(a) op(b) + beta * c + bias.
 template <typename T>
 void gemm_one(const T* a, const T* b, T* c, const T* bias, const GemmArgs& g) {
   const int64_t m = g.m, n = g.n, k = g.k;
+  if constexpr (std::is_same_v<T, float>) {
+    if (isa::active().gemm.matmuls) return sgemm_packed(a, b, c, bias, g);
+  }
   Eigen::Map<RowMatrix<T>> C(c, m, n);
   const T alpha = static_cast<T>(g.alpha);
   const T beta = static_cast<T>(g.beta);

@@ -110,6 +110,53 @@ void gemm_bt(const float* a_packed, int64_t m, int64_t k, const float* bt, int64
   gemm_strips(a_packed, m, k, bt, ldbt, true, n, c, ldc, nullptr, accumulate);
 }
 
+int64_t packed_b_size(int64_t k, int64_t n) {
+  const int64_t nr = isa::active().gemm.nr;
+  return (n + nr - 1) / nr * nr * k;
+}
+
+void pack_b(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* out) {
+  const isa::F32Gemm& t = isa::active().gemm;
+  parallel_for((n + t.nr - 1) / t.nr, 2 * t.nr * k, [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) {
+      const int64_t col = s * t.nr, cols = std::min(t.nr, n - col);
+      float* strip = out + col * k;
+      if (row_stride == 1) {  // B given as its transpose: its rows are the strip's columns
+        t.transpose(b + col * col_stride, col_stride, cols, k, strip, t.nr);
+      } else if (col_stride == 1) {
+        for (int64_t j = 0; j < k; ++j) std::memcpy(strip + j * t.nr, b + j * row_stride + col, sizeof(float) * cols);
+      } else {
+        for (int64_t j = 0; j < k; ++j) {
+          for (int64_t i = 0; i < cols; ++i) strip[j * t.nr + i] = b[j * row_stride + (col + i) * col_stride];
+        }
+      }
+    }
+  });
+}
+
+void gemm_packed_b(const float* a_packed, const float* b_packed, int64_t k, int64_t r0, int64_t r1, int64_t c0,
+                   int64_t c1, float* c, int64_t ldc, Accumulate accumulate) {
+  const isa::F32Gemm& t = isa::active().gemm;
+  // GotoBLAS's blocking, with A and B in the roles the tile gives them: a block of A's panels
+  // (kPanelBlockBytes, kept in L2) meets every strip of B in turn, kDepthBlock rows of the strip
+  // (kept in L1) at a time, each passed over by all of the block's panels.
+  const int64_t row_block = std::max<int64_t>(1, kPanelBlockBytes / (int64_t{sizeof(float)} * t.mr * std::max<int64_t>(k, 1))) * t.mr;
+  for (int64_t q0 = r0; q0 < r1; q0 += row_block) {
+    const int64_t q1 = std::min(r1, q0 + row_block);
+    for (int64_t col = c0; col < c1; col += t.nr) {
+      const int64_t cols = std::min(t.nr, c1 - col);
+      for (int64_t k0 = 0; k0 == 0 || k0 < k; k0 += kDepthBlock) {  // k = 0 still writes C = 0
+        const int64_t depth = std::min(kDepthBlock, k - k0);
+        const bool add = k0 > 0 || accumulate == Accumulate::Yes;
+        for (int64_t p = q0; p < q1; p += t.mr) {
+          t.tile({a_packed + p * k + k0 * t.mr, b_packed + col * k + k0 * t.nr, t.nr, c + p * ldc + col, ldc, depth,
+                  std::min(t.mr, q1 - p), cols, nullptr, add});
+        }
+      }
+    }
+  }
+}
+
 void gemm_nt(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t n, int64_t k, float* c,
              int64_t ldc, Accumulate accumulate) {
   const isa::F32Gemm& t = isa::active().gemm;

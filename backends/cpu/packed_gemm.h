@@ -29,6 +29,20 @@ void gemm(const float* a_packed, int64_t m, int64_t k, const float* b, int64_t l
 void gemm_bt(const float* a_packed, int64_t m, int64_t k, const float* bt, int64_t ldbt, int64_t n, float* c,
              int64_t ldc, Accumulate accumulate = Accumulate::No);
 
+// Floats pack_b needs for a k x n matrix: whole strips of the tile's columns.
+int64_t packed_b_size(int64_t k, int64_t n);
+// Packs B[j, i] = b[j * row_stride + i * col_stride] (k x n) into strips of the tile's columns:
+// strip s holds, for each j, B[j, s * nr + i] for i < nr, contiguous (columns past n unwritten:
+// the tile never reads them). For products large enough that every strip is read many times.
+void pack_b(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* out);
+// The bytes of A's panels gemm_packed_b keeps in L2 while B's strips pass (half a 2 MiB L2).
+constexpr int64_t kPanelBlockBytes = int64_t{1} << 20;
+// Rows [r0, r1) (r0 a multiple of the tile's rows) and columns [c0, c1) (c0 a multiple of its
+// columns) of C (row stride ldc) = A * B, or += A * B, for A (m x k) packed by pack_a and B (k x n)
+// by pack_b; serial: the caller spreads the blocks of C over its threads.
+void gemm_packed_b(const float* a_packed, const float* b_packed, int64_t k, int64_t r0, int64_t r1, int64_t c0,
+                   int64_t c1, float* c, int64_t ldc, Accumulate accumulate = Accumulate::No);
+
 // C (m x n, row stride ldc) = A * B^T, or with Accumulate::Yes C += A * B^T, for A (m x k) and B
 // (n x k) both row-major (row strides lda, ldb): sums of products of two k-contiguous rows, as
 // backward-weight's are, with neither operand packed nor transposed (the dot tile, isa.h).

@@ -177,6 +177,6 @@ void transpose_avx2(const float* src, int64_t src_stride, int64_t m, int64_t n, 
   }
 }
 
-extern const F32Gemm kGemmAvx2 = {kRows, 3 * kLanes, tile_entry, transpose_avx2, kDotRows, kDotCols, dot_tile};
+extern const F32Gemm kGemmAvx2 = {kRows, 3 * kLanes, tile_entry, transpose_avx2, kDotRows, kDotCols, dot_tile, false};
 
 }  // namespace demi::backend::cpu::isa

@@ -147,6 +147,6 @@ void dot_tile(const F32DotArgs& t) {
 
 }  // namespace
 
-extern const F32Gemm kGemmAvx512 = {kRows, 48, tile_entry, transpose_avx2, kDotRows, kDotCols, dot_tile};
+extern const F32Gemm kGemmAvx512 = {kRows, 48, tile_entry, transpose_avx2, kDotRows, kDotCols, dot_tile, true};
 
 }  // namespace demi::backend::cpu::isa

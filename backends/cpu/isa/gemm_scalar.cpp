@@ -107,7 +107,7 @@ void im2col16(const uint16_t* x, int64_t channels, int64_t plane_stride, const I
 
 }  // namespace
 
-extern const F32Gemm kGemmScalar = {kMr, kNr, f32_tile, transpose, 4, 4, dot_tile};
+extern const F32Gemm kGemmScalar = {kMr, kNr, f32_tile, transpose, 4, 4, dot_tile, false};
 extern const Bf16Gemm kBf16Scalar = {kBfMr, kBfNr, 32, nullptr, bf16_tile, gather_taps, im2col16};
 
 }  // namespace demi::backend::cpu::isa

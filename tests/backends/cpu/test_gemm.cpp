@@ -100,6 +100,14 @@ const Case kCases[] = {
     {"batch_large", 96, 100, 110, 2, false, false, false, false, false, 1.0, 0.0, false},
     {"wide_c", 33, 45, 70, 1, false, true, false, false, true, 1.0, 0.0, true},
     {"wide_c_batch_beta", 10, 12, 14, 4, true, false, false, true, false, 1.0, 1.0, true},
+    // The fp32 path on AVX-512 levels: threads split by rows (one strip of columns); B packed where
+    // a thread's rows of A outgrow 1 MiB, then blocks of rows (48 at k = 5000) with depth blocks of
+    // 128 and a strip of 12 columns, or threads split by columns (one panel of rows) and B (17 MB)
+    // packed 16 MiB at a time: two strips, then one.
+    {"tall_rows_split", 300, 40, 100, 1, false, true, false, false, true, 0.5, 0.0, false},
+    {"deep_row_blocks", 100, 60, 5000, 1, true, false, false, false, false, 1.0, 1.0, false},
+    {"deep_row_blocks_trans_b", 100, 60, 5000, 1, false, true, false, false, true, 1.0, 0.0, false},
+    {"deep_columns_split", 8, 130, 33000, 1, false, true, false, false, true, 1.0, 0.0, false},
 };
 
 using demi_test::Level;

@@ -3,13 +3,16 @@
 // when C has 8 or more panels and the block is deeper than 64 rows, with init (bias) and
 // accumulate, and a last strip of at most a vector shared with the one before it. The shapes
 // straddle each of those limits. gemm_bt (B given transposed, every block transposed into the
-// strip) runs the same cases without init. Every case runs once per ISA level.
+// strip) runs the same cases without init; pack_b and gemm_packed_b (the matmuls' path) are pinned
+// the same way. Every case runs once per ISA level.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/isa_test.h"
@@ -94,6 +97,53 @@ TEST_P(PackedGemm, MatchesFp64Reference) {
 
 TEST_P(PackedGemm, GivenBTransposedMatchesFp64Reference) {
   for (const Case& c : kCases) expect_matches_fp64(c, true);
+}
+
+// pack_b and gemm_packed_b (CpuKernels::gemm's fp32 path on AVX-512), B given as itself or
+// transposed, C formed in four blocks (rows split at a panel, columns at a strip) as the threads
+// would form it; k = 5000 makes blocks of rows within each (48 rows at 8-row panels).
+TEST_P(PackedGemm, PackedBInBlocksMatchesFp64Reference) {
+  const int64_t mr = isa::active().gemm.mr, nr = isa::active().gemm.nr;
+  struct Shape {
+    int64_t m, k, n;
+  };
+  for (const Shape& sh : {Shape{37, 300, 130}, Shape{100, 5000, 60}, Shape{9, 0, 20}, Shape{70, 129, 47}}) {
+    for (const bool b_transposed : {false, true}) {
+      for (const bool accumulate : {false, true}) {
+        const int64_t m = sh.m, k = sh.k, n = sh.n, ldc = n + 5;
+        SCOPED_TRACE(::testing::Message() << "m=" << m << " k=" << k << " n=" << n << " b_transposed=" << b_transposed
+                                          << " accumulate=" << accumulate);
+        std::mt19937 rng(17);
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<float> a(m * k), b(k * n), out(m * ldc);
+        for (float& v : a) v = dist(rng);
+        for (float& v : b) v = dist(rng);  // B[p][j] at b[p * n + j], or transposed at b[j * k + p]
+        for (float& v : out) v = dist(rng);
+        const std::vector<float> before = out;
+        std::vector<float> a_packed(packed_gemm::packed_size(m, k) + 1), b_packed(packed_gemm::packed_b_size(k, n) + 1);
+        packed_gemm::pack_a(a.data(), k, 1, m, k, a_packed.data());
+        packed_gemm::pack_b(b.data(), b_transposed ? 1 : n, b_transposed ? k : 1, k, n, b_packed.data());
+        const int64_t row_cut = std::min(m, (m / 2 + mr - 1) / mr * mr), col_cut = std::min(n, nr);
+        const auto acc = accumulate ? packed_gemm::Accumulate::Yes : packed_gemm::Accumulate::No;
+        for (const auto& [r0, r1] : {std::pair{int64_t{0}, row_cut}, std::pair{row_cut, m}}) {
+          for (const auto& [c0, c1] : {std::pair{int64_t{0}, col_cut}, std::pair{col_cut, n}}) {
+            if (r0 < r1 && c0 < c1) packed_gemm::gemm_packed_b(a_packed.data(), b_packed.data(), k, r0, r1, c0, c1, out.data(), ldc, acc);
+          }
+        }
+        std::vector<double> got, want;
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double sum = accumulate ? before[i * ldc + j] : 0.0;
+            for (int64_t p = 0; p < k; ++p) sum += double(a[i * k + p]) * (b_transposed ? b[j * k + p] : b[p * n + j]);
+            got.push_back(out[i * ldc + j]);
+            want.push_back(sum);
+          }
+          for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(out[i * ldc + j], before[i * ldc + j]) << "row " << i << " column " << j;
+        }
+        demi::test::expect_close(got, want, demi::test::accumulated(DType::F32, k + 1));
+      }
+    }
+  }
 }
 
 }  // namespace
