@@ -122,6 +122,49 @@ INSTANTIATE_TEST_SUITE_P(IsaDtypes, GemmParity,
                                             ::testing::Values(DType::F32, DType::F64, DType::F16, DType::BF16)),
                          demi_test::isa_dtype_name);
 
+// fp32 products within the rounding bound of any order of summation, element by element:
+// |C - A B| <= k u sum_k |A B| (u = 2^-24, plus one rounding of alpha A into the packed panel).
+// The parity tests' relative tolerance (1e-5, ~170 units in the last place) would let a term lost
+// or counted twice in a long sum through; this would not.
+TEST_P(GemmParity, Fp32SumsStayWithinTheRoundingBound) {
+  if (std::get<1>(GetParam()) != DType::F32) GTEST_SKIP() << "the bound is fp32's";
+  struct Shape {
+    int64_t m, n, k;
+    bool ta, tb;
+    double alpha;
+  };
+  for (const Shape& s : {Shape{12, 12, 20, false, true, 1.0}, Shape{12, 20, 12, false, false, 0.75},
+                         Shape{300, 40, 100, true, true, 1.0}, Shape{100, 60, 5000, false, true, 1.0}}) {
+    SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k << " ta=" << s.ta << " tb=" << s.tb);
+    std::mt19937 rng(99);
+    HostTensor a(DType::F32, {s.m * s.k}), b(DType::F32, {s.k * s.n}), c(DType::F32, {s.m * s.n});
+    a.fill_random(rng);
+    b.fill_random(rng);
+    GemmArgs args;
+    args.a = a.ref(), args.b = b.ref(), args.c = c.ref();
+    args.m = s.m, args.n = s.n, args.k = s.k, args.alpha = s.alpha;
+    args.trans_a = s.ta ? Transpose::Yes : Transpose::No;
+    args.trans_b = s.tb ? Transpose::Yes : Transpose::No;
+    kernels_for(Device::cpu()).gemm(args);
+    const double u = std::ldexp(1.0, -24);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double sum = 0, magnitude = 0;
+        for (int64_t p = 0; p < s.k; ++p) {
+          const double term = a.get(s.ta ? p * s.m + i : i * s.k + p) * b.get(s.tb ? j * s.k + p : p * s.n + j);
+          sum += term, magnitude += std::abs(term);
+        }
+        const double err = std::abs(c.get(i * s.n + j) - s.alpha * sum);
+        if (err > (s.k + 2) * u * std::abs(s.alpha) * magnitude && bad++ < 5) {
+          ADD_FAILURE() << "C[" << i << "][" << j << "] = " << c.get(i * s.n + j) << ", want " << s.alpha * sum
+                        << ": error " << err << " over the bound " << (s.k + 2) * u * std::abs(s.alpha) * magnitude;
+        }
+      }
+    }
+  }
+}
+
 // Small helper for the exact tests: C = A @ B with 1-row A and 1-column B, beta * C_old added.
 double dot_half(DType dtype, const std::vector<double>& a, const std::vector<double>& b, double c_old = 0,
                 double beta = 0) {
