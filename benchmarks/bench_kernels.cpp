@@ -55,29 +55,31 @@ void set_gflops(benchmark::State& state, double flops) {
 // C = A B (tb 0) or A B^T (tb 1, as Linear's forward multiplies by its weight), m x n x k, through
 // CpuKernels::gemm; scripts/bench-gemm-vs-pytorch times torch.matmul on the same shapes.
 void BM_GemmDemi(benchmark::State& state, DType dtype) {
-  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2), batch = state.range(4);
   const bool tb = state.range(3) != 0;
-  Buffer a(dtype, {m, k}), b(dtype, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}), c(dtype, {m, n});
+  Buffer a(dtype, {batch, m, k}), b(dtype, tb ? Shape{batch, n, k} : Shape{batch, k, n}), c(dtype, {batch, m, n});
   GemmArgs args;
   args.a = a.ref(), args.b = b.ref(), args.c = c.ref();
-  args.m = m, args.n = n, args.k = k;
+  args.m = m, args.n = n, args.k = k, args.batch = batch;
+  args.stride_a = m * k, args.stride_b = k * n, args.stride_c = m * n;
   args.trans_b = tb ? Transpose::Yes : Transpose::No;
   Kernels& kernels = kernels_for(Device::cpu());
   for (auto _ : state) {
     kernels.gemm(args);
     benchmark::DoNotOptimize(c.storage.data());
   }
-  set_gflops(state, 2.0 * m * n * k);
+  set_gflops(state, 2.0 * m * n * k * batch);
 }
 
-// Squares, then Linear's forward at batch 128 (1024 -> 1024) and a transformer MLP's first layer
-// (2048 tokens, 768 -> 3072).
+// Squares, then Linear's forward at batch 128 (1024 -> 1024), a transformer MLP's first layer
+// (2048 tokens, 768 -> 3072), attention's scores (512 products of 64 x 64 x 64, B^T) and a batch
+// of tiny products.
 void gemm_shapes(benchmark::internal::Benchmark* b, bool all) {
-  b->ArgNames({"m", "n", "k", "tb"});
+  b->ArgNames({"m", "n", "k", "tb", "batch"});
   for (const int64_t n : {256, 512, 1024, 2048}) {
-    if (all || n == 1024) b->Args({n, n, n, 0});
+    if (all || n == 1024) b->Args({n, n, n, 0, 1});
   }
-  if (all) b->Args({128, 1024, 1024, 1})->Args({2048, 3072, 768, 1});
+  if (all) b->Args({128, 1024, 1024, 1, 1})->Args({2048, 3072, 768, 1, 1})->Args({64, 64, 64, 1, 512})->Args({8, 8, 8, 0, 4096});
 }
 
 // Eigen alone: a plain column-major MatrixXf product, parallelised by Eigen's own OpenMP.

@@ -52,9 +52,10 @@ struct F32Gemm {
   void (*transpose)(const float* src, int64_t src_stride, int64_t m, int64_t n, float* dst, int64_t dst_stride);
   int64_t dr, dc;  // rows and columns of the dot tile's block
   void (*dot_tile)(const F32DotArgs& args);
-  // Whether CpuKernels::gemm's fp32 products (matmul, linear) run on this tile rather than Eigen's
-  // GEMM, which the library builds for its baseline, AVX2: true where the tile is wider (AVX-512,
-  // 1.6x Eigen at 1024^3 on the AMX Xeon); the AVX2 tile ran at 0.87-0.97x Eigen's.
+  // Whether CpuKernels::gemm's fp32 products (matmul, linear; gemm.cpp's on_tile picks which) run on
+  // this tile rather than Eigen's GEMM, which the library builds for its baseline, AVX2: true where
+  // the tile is wider (AVX-512, 1.6x Eigen at 1024^3 on the AMX Xeon); the AVX2 tile ran at
+  // 0.87-0.97x Eigen's.
   bool matmuls;
 };
 

@@ -100,10 +100,15 @@ const Case kCases[] = {
     {"batch_large", 96, 100, 110, 2, false, false, false, false, false, 1.0, 0.0, false},
     {"wide_c", 33, 45, 70, 1, false, true, false, false, true, 1.0, 0.0, true},
     {"wide_c_batch_beta", 10, 12, 14, 4, true, false, false, true, false, 1.0, 1.0, true},
-    // The fp32 path on AVX-512 levels: threads split by rows (one strip of columns); B packed where
-    // a thread's rows of A outgrow 1 MiB, then blocks of rows (48 at k = 5000) with depth blocks of
-    // 128 and a strip of 12 columns, or threads split by columns (one panel of rows) and B (17 MB)
-    // packed 16 MiB at a time: two strips, then one.
+};
+
+// The walk of fp32 products on the levels that run them on their tile (isa::F32Gemm::matmuls:
+// AVX-512; products of 32 columns and 32^3 multiply-adds or more): threads split by rows (one strip of columns); B packed where a thread's rows of A
+// outgrow 1 MiB, then blocks of rows (48 at k = 5000) with depth blocks of 128 and a strip of 12
+// columns, or threads split by columns (one panel of rows) and B (17 MB) packed 16 MiB at a time:
+// two strips, then one. Skipped elsewhere (Eigen), which keeps them off the emulated AVX2 CPU.
+const Case kTileCases[] = {
+    {"alpha_beta_bias", 40, 48, 50, 1, true, false, false, false, true, 0.5, 0.75, false},
     {"tall_rows_split", 300, 40, 100, 1, false, true, false, false, true, 0.5, 0.0, false},
     {"deep_row_blocks", 100, 60, 5000, 1, true, false, false, false, false, 1.0, 1.0, false},
     {"deep_row_blocks_trans_b", 100, 60, 5000, 1, false, true, false, false, true, 1.0, 0.0, false},
@@ -115,6 +120,12 @@ class GemmParity : public demi_test::IsaFixture<std::tuple<Level, DType>> {};
 
 TEST_P(GemmParity, MatchesFp64Reference) {
   for (const Case& c : kCases) run_case(c, std::get<1>(GetParam()));
+}
+
+TEST_P(GemmParity, TileWalkMatchesFp64Reference) {
+  if (!cpu::isa::active().gemm.matmuls) GTEST_SKIP() << cpu::isa::active().name << " runs fp32 products on Eigen's GEMM";
+  if (std::get<1>(GetParam()) == DType::F64) GTEST_SKIP() << "fp64 products run on Eigen's GEMM";
+  for (const Case& c : kTileCases) run_case(c, std::get<1>(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(IsaDtypes, GemmParity,
@@ -133,8 +144,8 @@ TEST_P(GemmParity, Fp32SumsStayWithinTheRoundingBound) {
     bool ta, tb;
     double alpha;
   };
-  for (const Shape& s : {Shape{12, 12, 20, false, true, 1.0}, Shape{12, 20, 12, false, false, 0.75},
-                         Shape{300, 40, 100, true, true, 1.0}, Shape{100, 60, 5000, false, true, 1.0}}) {
+  for (const Shape& s : {Shape{12, 12, 20, false, true, 1.0}, Shape{64, 64, 64, false, false, 0.75},
+                         Shape{300, 40, 100, true, true, 1.0}, Shape{40, 60, 1500, false, true, 1.0}}) {
     SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k << " ta=" << s.ta << " tb=" << s.tb);
     std::mt19937 rng(99);
     HostTensor a(DType::F32, {s.m * s.k}), b(DType::F32, {s.k * s.n}), c(DType::F32, {s.m * s.n});
