@@ -117,18 +117,16 @@ int64_t packed_b_size(int64_t k, int64_t n) {
 
 void pack_b(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* out) {
   const isa::F32Gemm& t = isa::active().gemm;
+  DEMI_INTERNAL_CHECK(row_stride == 1 || col_stride == 1, "pack_b: B must be row-major or transposed, got strides ",
+                      row_stride, " and ", col_stride);
   parallel_for((n + t.nr - 1) / t.nr, 2 * t.nr * k, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       const int64_t col = s * t.nr, cols = std::min(t.nr, n - col);
       float* strip = out + col * k;
       if (row_stride == 1) {  // B given as its transpose: its rows are the strip's columns
         t.transpose(b + col * col_stride, col_stride, cols, k, strip, t.nr);
-      } else if (col_stride == 1) {
-        for (int64_t j = 0; j < k; ++j) std::memcpy(strip + j * t.nr, b + j * row_stride + col, sizeof(float) * cols);
       } else {
-        for (int64_t j = 0; j < k; ++j) {
-          for (int64_t i = 0; i < cols; ++i) strip[j * t.nr + i] = b[j * row_stride + (col + i) * col_stride];
-        }
+        for (int64_t j = 0; j < k; ++j) std::memcpy(strip + j * t.nr, b + j * row_stride + col, sizeof(float) * cols);
       }
     }
   });

@@ -31,7 +31,8 @@ void gemm_bt(const float* a_packed, int64_t m, int64_t k, const float* bt, int64
 
 // Floats pack_b needs for a k x n matrix: whole strips of the tile's columns.
 int64_t packed_b_size(int64_t k, int64_t n);
-// Packs B[j, i] = b[j * row_stride + i * col_stride] (k x n) into strips of the tile's columns:
+// Packs B[j, i] = b[j * row_stride + i * col_stride] (k x n; row-major, col_stride 1, or given as
+// its transpose, row_stride 1) into strips of the tile's columns:
 // strip s holds, for each j, B[j, s * nr + i] for i < nr, contiguous (columns past n unwritten:
 // the tile never reads them). For products large enough that every strip is read many times.
 void pack_b(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* out);
