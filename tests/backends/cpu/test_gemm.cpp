@@ -103,10 +103,11 @@ const Case kCases[] = {
 };
 
 // The walk of fp32 products on the levels that run them on their tile (isa::F32Gemm::matmuls:
-// AVX-512; products of 32 columns and 32^3 multiply-adds or more): threads split by rows (one strip of columns); B packed where a thread's rows of A
-// outgrow 1 MiB, then blocks of rows (48 at k = 5000) with depth blocks of 128 and a strip of 12
-// columns, or threads split by columns (one panel of rows) and B (17 MB) packed 16 MiB at a time:
-// two strips, then one. Skipped elsewhere (Eigen), which keeps them off the emulated AVX2 CPU.
+// AVX-512; products of 32 columns and 32^3 multiply-adds or more): threads split by rows (one
+// strip of columns); B packed where a thread's rows of A outgrow 1 MiB, then blocks of rows (48 at
+// k = 5000) with depth blocks of 128 and a strip of 12 columns, or threads split by columns (one
+// panel of rows) and B (17 MB) packed 16 MiB at a time: two strips, then one. Skipped elsewhere
+// (Eigen), which keeps them off the emulated AVX2 CPU.
 const Case kTileCases[] = {
     {"alpha_beta_bias", 40, 48, 50, 1, true, false, false, false, true, 0.5, 0.75, false},
     {"tall_rows_split", 300, 40, 100, 1, false, true, false, false, true, 0.5, 0.0, false},
