@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/isa/isa.h"
+#include "backends/cpu/packed_gemm.h"
 #include "backends/kernels.h"
 
 namespace demi::backend {
@@ -137,7 +138,31 @@ void BM_F32TileInCache(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(100 * 2.0 * t.mr * t.nr * k / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The level's dot tile (packed_gemm::gemm_nt) on backward-weight's Winograd products, one thread:
+// the 16 points of one group's C (m x n) += V (m x k) Z^T with k = 256 tiles, as SmallCNN's 32- and
+// 64-channel layers run them (V and Z, 1-4 MiB, from L2), and one 4 x 4 block at k = 1024 in L1.
+// Rows 64-byte aligned, as the convolutions' scratch is (unaligned rows cost a fifth).
+void BM_F32DotProducts(benchmark::State& state) {
+  namespace packed_gemm = demi::backend::cpu::packed_gemm;
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2), points = state.range(3);
+  std::vector<float> a_buf(points * m * k + 16, 0.5f), b_buf(points * n * k + 16, 0.25f), c(points * m * n);
+  auto aligned = [](std::vector<float>& v) {
+    const auto at = reinterpret_cast<uintptr_t>(v.data()) % 64;
+    return v.data() + (at ? (64 - at) / sizeof(float) : 0);
+  };
+  const float* a = aligned(a_buf);
+  const float* b = aligned(b_buf);
+  for (auto _ : state) {
+    for (int64_t p = 0; p < points; ++p) {
+      packed_gemm::gemm_nt(a + p * m * k, k, m, b + p * n * k, k, n, k, c.data() + p * m * n, n, packed_gemm::Accumulate::Yes);
+    }
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(points * 2.0 * m * n * k / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 BENCHMARK(BM_F32TileInCache)->Arg(0)->Arg(1)->ComputeStatistics("max", max_of)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_F32DotProducts)->Args({32, 32, 256, 16})->Args({64, 64, 256, 16})->Args({4, 4, 1024, 1})->ComputeStatistics("max", max_of)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Bf16TileInCache)->ComputeStatistics("max", max_of)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmEigen)->Arg(1024)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GemmDemi, f32, DType::F32)->Apply([](auto* b) { gemm_shapes(b, true); })->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);

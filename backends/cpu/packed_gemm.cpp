@@ -165,11 +165,9 @@ void gemm_nt(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb
   const int64_t block = rows_in_l1 * t.dc;
   for (int64_t j0 = 0; j0 < n; j0 += block) {
     const int64_t j1 = std::min(n, j0 + block);
-    for (int64_t i = 0; i < m; i += t.dr) {
-      for (int64_t j = j0; j < j1; j += t.dc) {
-        t.dot_tile({a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, k, std::min(t.dr, m - i),
-                    std::min(t.dc, j1 - j), accumulate == Accumulate::Yes});
-      }
+    for (int64_t i = 0; i < m; i += t.dr) {  // dr rows of A against the block, one call
+      t.dot_tile({a + i * lda, lda, b + j0 * ldb, ldb, c + i * ldc + j0, ldc, k, std::min(t.dr, m - i), j1 - j0,
+                  accumulate == Accumulate::Yes});
     }
   }
 }

@@ -4,6 +4,8 @@
 // AVX-512 table shares.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/isa/lane_mask.h"
 
@@ -122,11 +124,12 @@ template <typename Load>
   }
 }
 
-void dot_tile(const F32DotArgs& t) {
+// One block of the strip (cols <= kDotCols).
+[[gnu::always_inline]] inline void dot_block(const F32DotArgs& t, const float* b0, float* c, int64_t cols) {
   const float* a[kDotRows];
   const float* b[kDotCols];
   for (int64_t i = 0; i < kDotRows; ++i) a[i] = t.a + (i < t.rows ? i : 0) * t.lda;
-  for (int64_t i = 0; i < kDotCols; ++i) b[i] = t.b + (i < t.cols ? i : 0) * t.ldb;
+  for (int64_t i = 0; i < kDotCols; ++i) b[i] = b0 + (i < cols ? i : 0) * t.ldb;
   __m256 acc[kDotRows * kDotCols];
 #pragma GCC unroll 12
   for (int i = 0; i < 12; ++i) acc[i] = _mm256_setzero_ps();
@@ -144,11 +147,15 @@ void dot_tile(const F32DotArgs& t) {
     _mm_store_ps(sum + i, _mm_add_ps(_mm256_castps256_ps128(g), _mm256_extractf128_ps(g, 1)));
   }
   for (int64_t r = 0; r < t.rows; ++r) {
-    for (int64_t c = 0; c < t.cols; ++c) {
-      float& out = t.c[r * t.ldc + c];
-      out = t.accumulate ? out + sum[3 * r + c] : sum[3 * r + c];
+    for (int64_t j = 0; j < cols; ++j) {
+      float& out = c[r * t.ldc + j];
+      out = t.accumulate ? out + sum[3 * r + j] : sum[3 * r + j];
     }
   }
+}
+
+void dot_tile(const F32DotArgs& t) {
+  for (int64_t j = 0; j < t.cols; j += kDotCols) dot_block(t, t.b + j * t.ldb, t.c + j, std::min(kDotCols, t.cols - j));
 }
 
 }  // namespace

@@ -194,15 +194,16 @@ TEST_P(IsaKernels, F32TileMatchesAnFp64Reference) {
 TEST_P(IsaKernels, F32DotTileMatchesAnFp64Reference) {
   const F32Gemm& g = t().gemm;
   std::mt19937 rng(5);
-  // k: one partial vector, whole vectors, whole vectors and a tail.
+  // k: one partial vector, whole vectors, whole vectors and a tail. cols: a strip of one partial
+  // block, one whole block, whole blocks and a partial one, only whole blocks.
   for (int64_t k : {3, 32, 77}) {
-    for (int64_t rows : {int64_t{1}, g.dr}) {
-      for (int64_t cols : {int64_t{1}, g.dc - 1, g.dc}) {
+    for (int64_t rows : {int64_t{1}, g.dr - 1, g.dr}) {
+      for (int64_t cols : {int64_t{1}, g.dc - 1, g.dc, 2 * g.dc + 1, 3 * g.dc}) {
         if (cols < 1) continue;
         for (bool accumulate : {false, true}) {
           SCOPED_TRACE("k=" + std::to_string(k) + " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
                        (accumulate ? " accumulate" : ""));
-          const int64_t lda = k + 3, ldb = k + 5, ldc = g.dc + 2;
+          const int64_t lda = k + 3, ldb = k + 5, ldc = 3 * g.dc + 2;
           // Only the valid rows exist: a tile that read past them would fault under the sanitizers.
           const std::vector<float> a = random_floats(rng, (rows - 1) * lda + k), b = random_floats(rng, (cols - 1) * ldb + k);
           std::vector<float> c = random_floats(rng, g.dr * ldc);
