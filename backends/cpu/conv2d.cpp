@@ -336,9 +336,16 @@ struct WinogradWalk {
 // AVX2 EPYC (and within 5% either way on the AMX Xeon at avx2). With 16 lanes, where the tile does
 // twice the work per instruction, V and Z's trips through L2 weigh more: on the AMX Xeon 256 ran
 // four of those five layers 9-17% faster than 512 (2 MiB of V and Z at 32 channels; the fifth the
-// same), and within 3% of 128 or 4-12% faster.
+// same), and within 3% of 128 or 4-12% faster. Since the dot tile's blocks run inlined (a shorter
+// sum costs less), 128 runs the 64 -> 64 layers (2 MiB of V and Z at 256) 5-7% faster, and 256 stays
+// where they fit 1.5 MiB (AirNet's 24 -> 64: 1.4 MiB, 3% slower at 128).
 constexpr int64_t kWinogradCols = 128;
-int64_t winograd_dot_cols(int64_t lanes) { return lanes >= 16 ? 256 : 512; }
+constexpr int64_t kDotColsBytes = int64_t{3} << 19;  // 1.5 MiB
+int64_t winograd_dot_cols(int64_t lanes, int64_t ins, int64_t outs) {
+  if (lanes < 16) return 512;
+  const int64_t bytes = winograd::kPoints * (ins + outs) * 256 * static_cast<int64_t>(sizeof(float));
+  return bytes > kDotColsBytes ? 128 : 256;
+}
 
 // The float view of plane p (plane_size values of T): p itself for fp32, else widened into wide.
 template <typename T>
@@ -597,7 +604,7 @@ template <typename T>
 void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, double* bias_partial, int threads) {
   using winograd::kPoints;
   const isa::Winograd& wg = isa::active().winograd;
-  const WinogradWalk wk(g.n, g.h, g.w, threads, wg.lanes, grad_weight_as_dots(g.c, g.o) ? winograd_dot_cols(wg.lanes) : kWinogradCols);
+  const WinogradWalk wk(g.n, g.h, g.w, threads, wg.lanes, grad_weight_as_dots(g.c, g.o) ? winograd_dot_cols(wg.lanes, g.c, g.o) : kWinogradCols);
   const int64_t ins = g.c, outs = g.o, plane = g.h * g.w, th = wk.th, tw = wk.tw, tiles = wk.tiles;
   const int64_t usize = kPoints * ins * outs;
   // dU^T[xi][in][out] per thread, assigned by the thread's first group (no fill: 8 MiB for AirNet's
