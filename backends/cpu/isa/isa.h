@@ -32,8 +32,9 @@ struct F32TileArgs {
 // The fp32 "dot" tile (packed_gemm::gemm_nt): one strip of C (rows <= dr valid, any number of
 // cols, in blocks of dc) = sum over k of A[r][k] B[c][k], or C += that with `accumulate`, where
 // both operands keep k contiguous (row r of A at a + r * lda, row c of B at b + c * ldb; no
-// packing). Backward-weight's products have this shape (Winograd's V Z^T, im2col's col grad_y^T): the tile above needs one of
-// them transposed, which took a quarter of a 3x3 layer's backward-weight.
+// packing). Backward-weight's products have this shape (Winograd's V Z^T, im2col's col grad_y^T):
+// the tile above needs one of them transposed, which took a quarter of a 3x3 layer's
+// backward-weight.
 struct F32DotArgs {
   const float* a;
   int64_t lda;
