@@ -9,11 +9,16 @@ On CUDA, PyTorch's fp32 convolutions use TF32 by default (torch.backends.cudnn.a
 fp32 does not (set_allow_tf32, off). demi's tf32 rows meet torch's default fp32 runs; its fp32 rows
 meet --torch-strict-fp32's runs (torch_reference.py under scripts/lib/torch_strict_fp32.py) when
 given, else the default ones.
+
+With --rounds, summarises the merged tables (--json) of several rounds instead: per row the median
+demi and torch img/s, the median of the rounds' demi/torch, and each round's demi/torch.
 Usage: compare_bench.py [--device cpu|cuda] --demi a.json [b.json ...] --torch c.json [d.json ...]
                         [--torch-strict-fp32 e.json ...] [--json merged.json]
+       compare_bench.py --rounds merged1.json merged2.json ... [--json summary.json]
 """
 import argparse
 import json
+import statistics
 import sys
 
 TORCH_MODES = {"fp32": ("fp32", "fp32_cl"), "tf32": ("fp32", "fp32_cl"), "bf16": ("bf16", "bf16_cl"),
@@ -53,6 +58,49 @@ def torch_best(runs, net, precision, batch):
     return best
 
 
+def summarise_rounds(paths, json_out):
+    """Prints and returns the median over rounds of each row of the merged tables at `paths`."""
+    rounds = load(paths)
+    if not rounds:
+        print("compare_bench: no rounds to summarise", file=sys.stderr)
+        return 1
+    rows = {}  # (net, precision, batch) -> that row in each round, in round order
+    for run in rounds:
+        for r in run.get("rows", []):
+            rows.setdefault((r["net"], r["precision"], r["batch"]), []).append(r)
+
+    def median(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    def fmt(v, spec):
+        return format(v, spec) if v is not None else "-"
+
+    print(f"\nover {len(rounds)} rounds (each round: demi and torch in turn, one step's median img/s each): "
+          f"medians, and every round's demi/torch")
+    header = f"{'net':9s} {'precision':9s} {'batch':>5s} {'demi img/s':>11s} {'torch img/s':>12s} " \
+             f"{'demi/torch':>10s}  rounds"
+    print(header)
+    print("-" * (len(header) + 6 * len(rounds)))
+    summary = []
+    for (net, precision, batch), per_round in rows.items():
+        ratios = [r.get("ratio") for r in per_round]
+        d = median(r["demi_img_s"] for r in per_round)
+        t = median(r.get("torch_img_s") for r in per_round)
+        ratio = median(ratios)
+        each = " ".join(fmt(x, ".2f") for x in ratios)
+        print(f"{net:9s} {precision:9s} {batch:5d} {fmt(d, '11.1f')} {fmt(t, '>12.1f')} {fmt(ratio, '>10.2f')}  {each}")
+        summary.append({"net": net, "precision": precision, "batch": batch, "demi_img_s": d, "torch_img_s": t,
+                        "ratio": ratio, "ratios": ratios})
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump({"rounds": len(rounds), "torch": sorted({v for r in rounds for v in r.get("torch", [])}),
+                       "threads": sorted({v for r in rounds for v in r.get("threads", [])}),
+                       "cpu_isa": sorted({v for r in rounds for v in r.get("cpu_isa", [])}), "rows": summary}, f,
+                      indent=1)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which of demi's rows to compare")
@@ -60,7 +108,10 @@ def main():
     ap.add_argument("--torch", nargs="*", default=[])
     ap.add_argument("--torch-strict-fp32", nargs="*", default=[], help="torch runs with TF32 off, for demi's fp32")
     ap.add_argument("--json", help="also write the merged rows here")
+    ap.add_argument("--rounds", nargs="*", default=None, help="summarise these merged tables (one a round) instead")
     a = ap.parse_args()
+    if a.rounds is not None:
+        return summarise_rounds(a.rounds, a.json)
     demi_runs, torch_runs, strict_runs = load(a.demi), load(a.torch), load(a.torch_strict_fp32)
     rows = demi_rows(demi_runs, a.device)
     if not rows:
