@@ -604,7 +604,8 @@ template <typename T>
 void backward_weight_winograd(const Conv2dArgs& a, const ConvGeom& g, double* bias_partial, int threads) {
   using winograd::kPoints;
   const isa::Winograd& wg = isa::active().winograd;
-  const WinogradWalk wk(g.n, g.h, g.w, threads, wg.lanes, grad_weight_as_dots(g.c, g.o) ? winograd_dot_cols(wg.lanes, g.c, g.o) : kWinogradCols);
+  const int64_t walk_cols = grad_weight_as_dots(g.c, g.o) ? winograd_dot_cols(wg.lanes, g.c, g.o) : kWinogradCols;
+  const WinogradWalk wk(g.n, g.h, g.w, threads, wg.lanes, walk_cols);
   const int64_t ins = g.c, outs = g.o, plane = g.h * g.w, th = wk.th, tw = wk.tw, tiles = wk.tiles;
   const int64_t usize = kPoints * ins * outs;
   // dU^T[xi][in][out] per thread, assigned by the thread's first group (no fill: 8 MiB for AirNet's
