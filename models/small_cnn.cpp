@@ -30,38 +30,41 @@ SmallCNN::SmallCNN(Generator& gen)
 Tensor SmallCNN::forward(const Tensor& x) { return (*fc_)((*features_)(x)); }
 
 AirNet::AirNet(Generator& gen, const AirNetOptions& options)
-    : body_(register_module("body", std::make_shared<nn::Sequential>())),
+    : whiten_(register_module("whiten", std::make_shared<nn::Conv2d>(nn::Conv2d::Options{3, 24, 2, 1, 0, true}, gen))),
+      blocks_(register_module("blocks", std::make_shared<nn::Sequential>())),
       fc_(register_module("fc", std::make_shared<nn::Linear>(nn::Linear::Options{256, 10, false}, gen))) {
-  nn::Sequential& b = *body_;
-  b.emplace<nn::Conv2d>(nn::Conv2d::Options{3, 24, 2, 1, 0, true}, gen).emplace<nn::GELU>();
-  const nn::BatchNorm2d::Options bn{0, options.batch_norm_eps, options.batch_norm_momentum};
   auto conv3 = [&](int64_t in, int64_t out) {
     auto conv = std::make_shared<nn::Conv2d>(nn::Conv2d::Options{in, out, 3, 1, 1, false}, gen);
     if (options.dirac_init) nn::init::dirac_(conv->weight.slice(0, in));
     return conv;
   };
   auto batch_norm = [&](int64_t width) {
-    nn::BatchNorm2d::Options o = bn;
-    o.num_features = width;
-    return std::make_shared<nn::BatchNorm2d>(o);
+    return std::make_shared<nn::BatchNorm2d>(
+        nn::BatchNorm2d::Options{width, options.batch_norm_eps, options.batch_norm_momentum});
   };
+  // Each block is the reference's AirBlock (conv1, pool, bn1, conv2, bn2, with F.gelu after each
+  // batch norm): children named as its attributes, so that state_dict's names are its names.
   int64_t in = 24;
   for (int64_t width : {64, 256, 256}) {
-    b.add(conv3(in, width))
-        .emplace<nn::MaxPool2d>(2)
-        .add(batch_norm(width))
-        .emplace<nn::GELU>()
-        .add(conv3(width, width))
-        .add(batch_norm(width))
-        .emplace<nn::GELU>();
+    auto block = std::make_shared<nn::Sequential>();
+    block->add("conv1", conv3(in, width))
+        .add("pool", std::make_shared<nn::MaxPool2d>(2))
+        .add("bn1", batch_norm(width))
+        .add("gelu1", std::make_shared<nn::GELU>())
+        .add("conv2", conv3(width, width))
+        .add("bn2", batch_norm(width))
+        .add("gelu2", std::make_shared<nn::GELU>());
+    blocks_->add(block);
     in = width;
   }
-  b.emplace<nn::GlobalMaxPool2d>().emplace<nn::Flatten>();
 }
 
-nn::Conv2d& AirNet::stem() { return static_cast<nn::Conv2d&>((*body_)[0]); }
+nn::Conv2d& AirNet::stem() { return *whiten_; }
 
-Tensor AirNet::forward(const Tensor& x) { return (*fc_)((*body_)(x)) * (1.0 / 9.0); }
+Tensor AirNet::forward(const Tensor& x) {
+  const Tensor features = global_max_pool2d((*blocks_)(gelu((*whiten_)(x)))).flatten(1);
+  return (*fc_)(features) * (1.0 / 9.0);
+}
 
 std::shared_ptr<nn::Module> make_model(const std::string& name, Generator& gen) {
   if (name == "SmallCNN") return std::make_shared<SmallCNN>(gen);

@@ -37,11 +37,12 @@ class AirNet : public nn::Module {
  public:
   explicit AirNet(Generator& gen = default_generator(), const AirNetOptions& options = AirNetOptions());
   Tensor forward(const Tensor& x) override;
-  // The 2x2 "whitening" convolution (body.0).
+  // The 2x2 "whitening" convolution ("whiten").
   nn::Conv2d& stem();
 
  private:
-  std::shared_ptr<nn::Sequential> body_;
+  std::shared_ptr<nn::Conv2d> whiten_;
+  std::shared_ptr<nn::Sequential> blocks_;  // three blocks of conv1, pool, bn1, conv2, bn2
   std::shared_ptr<nn::Linear> fc_;
 };
 

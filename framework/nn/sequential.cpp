@@ -3,6 +3,7 @@
 
 #include <typeinfo>
 
+#include "framework/core/error.h"
 #include "framework/nn/activation.h"
 #include "framework/nn/batch_norm2d.h"
 
@@ -22,6 +23,14 @@ Tensor Sequential::forward(const Tensor& x) {
     y = module.forward(y);
   }
   return y;
+}
+
+void Sequential::check_child_name(const std::string& name) const {
+  DEMI_CHECK(!name.empty() && name.find('.') == std::string::npos, "Sequential::add: module name '", name,
+             "' must be non-empty and contain no '.' (state_dict joins names with dots)");
+  for (const auto& [taken, child] : children_) {
+    DEMI_CHECK(taken != name, "Sequential::add: there is already a module named '", name, "'; give each its own name");
+  }
 }
 
 }  // namespace demi::nn

@@ -1,4 +1,4 @@
-// Sequential (modules applied in order, named "0", "1", ...) and Flatten.
+// Sequential (modules applied in order, named "0", "1", ... or by name) and Flatten.
 #pragma once
 
 #include <memory>
@@ -11,9 +11,15 @@ namespace demi::nn {
 class Sequential : public Module {
  public:
   Sequential() = default;
-  // Appends a module; returns *this so calls chain.
+  // Appends a module named by its position; returns *this so calls chain.
   template <typename M> Sequential& add(std::shared_ptr<M> module) {
-    register_module(std::to_string(children_.size()), std::move(module));
+    return add(std::to_string(children_.size()), std::move(module));
+  }
+  // Appends a module under `name`, as PyTorch's Sequential(OrderedDict(...)) and add_module: its
+  // parameters are then "name.weight" in state_dict.
+  template <typename M> Sequential& add(const std::string& name, std::shared_ptr<M> module) {
+    check_child_name(name);
+    register_module(name, std::move(module));
     return *this;
   }
   template <typename M, typename... Args> Sequential& emplace(Args&&... args) {
@@ -25,6 +31,10 @@ class Sequential : public Module {
   Tensor forward(const Tensor& x) override;
   size_t size() const { return children_.size(); }
   Module& operator[](size_t i) { return *children_.at(i).second; }
+
+ private:
+  // A name state_dict can carry: not empty, no '.', not taken.
+  void check_child_name(const std::string& name) const;
 };
 
 // Flattens dims [start_dim, end_dim] (default: all but the batch dim).

@@ -1,5 +1,8 @@
-// The reference models have exactly the reference's parameter counts and output shapes.
+// The reference models have exactly the reference's parameter counts, state_dict names and output shapes.
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "models/small_cnn.h"
 
@@ -15,6 +18,41 @@ int64_t parameter_count(const nn::Module& m) {
 TEST(Models, ParameterCountsMatchTheReference) {
   EXPECT_EQ(parameter_count(*models::make_model("SmallCNN")), 141034);
   EXPECT_EQ(parameter_count(*models::make_model("AirNet")), 1972792);
+}
+
+// state_dict names as ../shared/bench/torch_reference.py's modules have them, so that a demi
+// checkpoint loads into the reference net with load_state_dict, and the other way round.
+std::vector<std::string> state_dict_keys(const std::string& name) {
+  std::vector<std::string> keys;
+  for (const auto& [key, t] : models::make_model(name)->state_dict()) keys.push_back(key);
+  return keys;
+}
+
+std::vector<std::string> batch_norm_keys(const std::string& prefix) {
+  std::vector<std::string> keys;
+  for (const char* k : {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}) keys.push_back(prefix + k);
+  return keys;
+}
+
+TEST(Models, StateDictNamesAreTheReferences) {
+  std::vector<std::string> small;
+  for (const int conv : {0, 3, 7, 10, 14}) {
+    small.push_back("features." + std::to_string(conv) + ".weight");
+    for (const std::string& k : batch_norm_keys("features." + std::to_string(conv + 1) + ".")) small.push_back(k);
+  }
+  small.insert(small.end(), {"fc.weight", "fc.bias"});
+  EXPECT_EQ(state_dict_keys("SmallCNN"), small);
+
+  std::vector<std::string> air = {"whiten.weight", "whiten.bias"};
+  for (int b = 0; b < 3; ++b) {
+    const std::string block = "blocks." + std::to_string(b) + ".";
+    for (const char* half : {"1", "2"}) {
+      air.push_back(block + "conv" + half + ".weight");
+      for (const std::string& k : batch_norm_keys(block + "bn" + half + ".")) air.push_back(k);
+    }
+  }
+  air.push_back("fc.weight");
+  EXPECT_EQ(state_dict_keys("AirNet"), air);
 }
 
 TEST(Models, ForwardShapes) {

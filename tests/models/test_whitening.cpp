@@ -80,8 +80,8 @@ TEST(AirNetOptions, RecipeOptionsReachTheLayers) {
     }
   });
   EXPECT_EQ(batch_norms, 6);
-  // body.2 is the first 3x3 conv (24 -> 64): filter 5 is the identity on channel 5.
-  const std::vector<float> w = net.state_dict().at("body.2.weight").to_vector<float>();
+  // blocks.0.conv1 is the first 3x3 conv (24 -> 64): filter 5 is the identity on channel 5.
+  const std::vector<float> w = net.state_dict().at("blocks.0.conv1.weight").to_vector<float>();
   for (int64_t c = 0; c < 24; ++c)
     for (int64_t t = 0; t < 9; ++t) EXPECT_EQ(w[static_cast<size_t>((5 * 24 + c) * 9 + t)], c == 5 && t == 4 ? 1.0f : 0.0f);
   EXPECT_EQ(net.stem().weight.shape(), (Shape{24, 3, 2, 2}));

@@ -203,6 +203,37 @@ TEST(Sequential, DoesNotFuseSubclassesOfBatchNorm) {
   EXPECT_EQ(y.to_vector<float>(), relu(alone(x)).to_vector<float>());
 }
 
+// Named children, as PyTorch's Sequential(OrderedDict(...)): the names reach state_dict, and a
+// BatchNorm2d and ReLU among them still run as one op.
+TEST(Sequential, NamedChildrenGiveStateDictTheirNamesAndStillFuse) {
+  Generator gen(7);
+  nn::Sequential seq;
+  seq.add("conv", std::make_shared<nn::Conv2d>(nn::Conv2d::Options{2, 3, 3, 1, 1, false}, gen))
+      .add("bn", std::make_shared<nn::BatchNorm2d>(3))
+      .add("act", std::make_shared<nn::ReLU>())
+      .add(std::make_shared<nn::Flatten>());  // unnamed: its position, "3"
+  std::vector<std::string> keys;
+  for (const auto& [key, t] : seq.state_dict()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"conv.weight", "bn.weight", "bn.bias", "bn.running_mean",
+                                            "bn.running_var", "bn.num_batches_tracked"}));
+  EXPECT_EQ(seq.named_children().back().first, "3");
+  const Tensor y = seq(randn({2, 2, 4, 4}, gen).requires_grad_());
+  EXPECT_EQ(y.shape(), (Shape{2, 48}));
+  EXPECT_STREQ(y.grad_fn()->next.at(0).node->name(), "batch_norm_relu");  // under the flatten
+}
+
+TEST(Sequential, NamesThatStateDictCannotCarryAreRefused) {
+  nn::Sequential seq;
+  seq.add("relu", std::make_shared<nn::ReLU>());
+  EXPECT_THAT([&] { seq.add("relu", std::make_shared<nn::ReLU>()); },
+              testing::ThrowsMessage<Error>(HasSubstr("already a module named 'relu'")));
+  EXPECT_THAT([&] { seq.add("block.0", std::make_shared<nn::ReLU>()); },
+              testing::ThrowsMessage<Error>(HasSubstr("contain no '.'")));
+  EXPECT_THAT([&] { seq.add("", std::make_shared<nn::ReLU>()); },
+              testing::ThrowsMessage<Error>(HasSubstr("must be non-empty")));
+  EXPECT_EQ(seq.size(), 1u);
+}
+
 TEST(Module, TinyCnnLossDecreasesOverTwentySgdSteps) {
   Generator gen(11);
   auto net = tiny_cnn(gen);
