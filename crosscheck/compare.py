@@ -35,6 +35,7 @@ DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F
           "I64": torch.int64, "U8": torch.uint8, "BOOL": torch.bool}
 UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float64: 2.0**-53}
 AUTOCAST = {"autocast_bf16": torch.bfloat16, "autocast_fp16": torch.float16,
+            "models_autocast_bf16": torch.bfloat16, "models_autocast_fp16": torch.float16,
             "autocast_bf16_half_inputs": torch.bfloat16, "autocast_fp16_half_inputs": torch.float16}
 # (op, verdict) -> why: docs/pytorch.md, "Intended differences".
 INTENDED = {("cross_entropy", "dtype"): "losses are fp32 (docs/pytorch.md)",
@@ -164,6 +165,50 @@ def grad_scaler(x, p):
     return ws + scales
 
 
+def torch_reference():
+    """../shared/bench/torch_reference.py (or $DEMI_TORCH_REFERENCE): the nets demi's models copy."""
+    import importlib.util
+    import os
+    default = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "bench", "torch_reference.py")
+    path = os.environ.get("DEMI_TORCH_REFERENCE", default)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no {path}: set DEMI_TORCH_REFERENCE to torch_reference.py")
+    spec = importlib.util.spec_from_file_location("torch_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def model(x, p):
+    """crosscheck_ops.cpp's run_model_case in PyTorch: the reference net given demi's state_dict.
+
+    The state_dict's entries go to the reference net's in order (same shapes); model_names reports
+    where the names differ. Returns the loss, the logits, the buffers after the forward and the
+    logits in eval mode."""
+    import torch.func
+    net = getattr(torch_reference(), p["model"])()
+    names = list(net.state_dict().keys())
+    if len(names) != len(p["names"]):
+        raise ValueError(f"{len(p['names'])} state_dict entries in demi, {len(names)} in PyTorch")
+    state = dict(zip(names, x[2:]))
+    buffers = [n for n, _ in net.named_buffers()]
+    net.train()
+    logits = torch.func.functional_call(net, state, (x[0],))
+    loss = F.cross_entropy(logits, x[1])
+    after = [state[n].detach().clone() for n in buffers]
+    net.eval()
+    with torch.no_grad():
+        eval_logits = torch.func.functional_call(net, state, (x[0].detach(),))
+    return [loss, logits, *after, eval_logits]
+
+
+def model_names(demi_names, net):
+    """Where demi's state_dict names differ from the reference net's (None when they agree)."""
+    names = list(getattr(torch_reference(), net)().state_dict().keys())
+    diff = [(d, t) for d, t in zip(demi_names, names) if d != t]
+    return None if not diff else f"{len(diff)} of {len(names)} names differ, e.g. demi {diff[0][0]} torch {diff[0][1]}"
+
+
 def global_max_pool2d(x):
     return F.max_pool2d(x, kernel_size=x.shape[-2:])  # nn.AdaptiveMaxPool2d(1)'s choice of index
 
@@ -216,6 +261,7 @@ OPS = {
     "clip_grad_norm": clip_grad_norm,
     "muon": muon,
     "grad_scaler": grad_scaler,
+    "model": model,
 }
 # Cases whose inputs are scaled before the op (crosscheck_ops.cpp does the same).
 PRE_SCALE = {"softmax_large_logits": 1000.0, "cross_entropy_confident": 100.0}
@@ -266,7 +312,15 @@ def nonfinite_mismatches(a, b):
     return int((nan | inf).sum().item())
 
 
-def judge(d, t, r, dtype):
+def normwise_error(a, ref):
+    """||a - ref|| / ||ref|| over the positions where both are finite (a whole net's tensors)."""
+    a, ref = a.double(), ref.double()
+    both = torch.isfinite(a) & torch.isfinite(ref)
+    norm = ref[both].norm().item()
+    return (a[both] - ref[both]).norm().item() / norm if norm > 0 else (a[both] - ref[both]).norm().item()
+
+
+def judge(d, t, r, dtype, errors=relative_errors):
     """(verdict, demi error, torch error, note) for demi's tensor d against torch's t and float64's r."""
     if tuple(d.shape) != tuple(t.shape):
         return "differs", math.nan, math.nan, f"shape demi {list(d.shape)} torch {list(t.shape)}"
@@ -293,7 +347,7 @@ def judge(d, t, r, dtype):
         notes.append(f"{int(zeros.sum())} zeros of the other sign")
         if verdict == "ok":
             verdict = "zero sign"
-    ed, et = relative_errors(d, r), relative_errors(t, r)
+    ed, et = errors(d, r), errors(t, r)
     u = UNIT_ROUNDOFF.get(dtype, 2.0**-24)
     if ed > 1e-2 and ed > 10 * max(et, u):
         verdict = "differs"
@@ -352,8 +406,16 @@ def main():
                     counts["differs"] = counts.get("differs", 0) + 1
                 continue
             compared.append((f"grad{i}", d, t, r))
+        # A whole net's tensors are judged norm-wise: per element, the rounding of many layers
+        # magnifies every value near zero, in PyTorch as in demi.
+        errors = normwise_error if case["op"] == "model" else relative_errors
+        if case["op"] == "model":
+            names = model_names(case["params"]["names"], case["params"]["model"])
+            rows.append((key, "names", "differs" if names else "ok", math.nan, math.nan,
+                         names or "the reference net's state_dict names"))
+            counts[rows[-1][2]] = counts.get(rows[-1][2], 0) + 1
         for what, d, t, r in compared:
-            verdict, ed, et, note = judge(d, t, r, dtype)
+            verdict, ed, et, note = judge(d, t, r, dtype, errors)
             why = intended(mode, case["op"], verdict)
             if why:
                 verdict, note = "intended", f"{note}: {why}"

@@ -15,12 +15,14 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "framework/demi/demi.h"
+#include "models/small_cnn.h"
 
 namespace demi {
 namespace {
@@ -480,6 +482,74 @@ uint64_t seed_of(const std::string& name) {
   return h;
 }
 
+// One training step's forward and backward of a whole reference net (models/small_cnn.h), to be
+// held against ../shared/bench/torch_reference.py's definition of it with the same weights: the
+// inputs are the images, the labels and the model's state_dict (parameters, then buffers, in its
+// order); the outputs the loss, the logits, the buffers after the step's forward (running
+// statistics) and the logits in eval mode; the gradients those of the images and every parameter.
+// Modes: models_fp32, models_autocast_bf16, models_autocast_fp16.
+void run_model_case(const std::string& net, const std::string& mode, std::optional<DType> autocast, StateDict& out,
+                    json& manifest, int& failures) {
+  const std::string key = mode + "/" + net;
+  Generator gen(seed_of(net));
+  std::shared_ptr<nn::Module> model = models::make_model(net, gen);
+  model->to(g_device);
+  Tensor x = draw(normal({8, 3, 32, 32}), DType::F32, gen);
+  const Tensor targets = draw(labels({8}, 10), DType::F32, gen);
+  std::vector<std::string> params;
+  for (const auto& [name, t] : model->named_parameters()) params.push_back(name);
+  const StateDict state = model->state_dict();
+  json names = json::array(), inputs = json::array({{{"grad", true}}, {{"grad", false}}});
+  std::vector<std::pair<std::string, Tensor>> buffers;
+  out.emplace(key + "/in0", x.clone());
+  out.emplace(key + "/in1", targets.clone());
+  int i = 2;
+  for (const auto& [name, t] : state) {
+    const bool param = std::find(params.begin(), params.end(), name) != params.end();
+    if (!param) buffers.emplace_back(name, t);
+    names.push_back(name);
+    inputs.push_back({{"grad", param}});
+    out.emplace(key + "/in" + std::to_string(i++), t.detach().clone());
+  }
+  json entry = {{"key", key}, {"op", "model"}, {"mode", mode}, {"inputs", inputs},
+                {"params", {{"model", net}, {"names", names}}}};
+  try {
+    x.requires_grad_();
+    Tensor loss, logits;
+    {
+      std::optional<amp::AutocastGuard> guard;
+      if (autocast) guard.emplace(g_device.kind(), *autocast);
+      logits = (*model)(x);
+      loss = cross_entropy(logits, targets);
+    }
+    std::vector<Tensor> y = {loss.detach().clone(), logits.detach().clone()};
+    for (const auto& [name, t] : buffers) y.push_back(t.detach().clone());
+    // Scaled by 1024, as a GradScaler scales the loss, so that fp16's gradients do not flush to zero.
+    const Tensor gy = (randn(loss.shape(), gen) * 1024.0).to(loss.dtype()).to(g_device);
+    out.emplace(key + "/gy", gy);
+    loss.backward(gy);
+    model->eval();
+    {
+      NoGradGuard no_grad;
+      std::optional<amp::AutocastGuard> guard;
+      if (autocast) guard.emplace(g_device.kind(), *autocast);
+      y.push_back((*model)(x.detach()));
+    }
+    for (size_t k = 0; k < y.size(); ++k) out.emplace(key + "/out" + std::to_string(k), y[k]);
+    entry["outputs"] = y.size();
+    out.emplace(key + "/grad0", x.grad());
+    i = 2;
+    for (const auto& [name, t] : state) {
+      if (inputs[i]["grad"] && t.grad().defined()) out.emplace(key + "/grad" + std::to_string(i), t.grad());
+      ++i;
+    }
+  } catch (const std::exception& e) {
+    entry["error"] = e.what();
+    ++failures;
+  }
+  manifest.push_back(entry);
+}
+
 int run(const std::string& path) {
   StateDict out;
   json manifest = json::array();
@@ -544,6 +614,10 @@ int run(const std::string& path) {
       }
       manifest.push_back(entry);
     }
+  }
+  for (const auto& [mode, autocast] : std::vector<std::pair<std::string, std::optional<DType>>>{
+           {"models_fp32", std::nullopt}, {"models_autocast_bf16", DType::BF16}, {"models_autocast_fp16", DType::F16}}) {
+    for (const std::string net : {"SmallCNN", "AirNet"}) run_model_case(net, mode, autocast, out, manifest, failures);
   }
   save_safetensors(path, out, {{"cases", manifest.dump()}});
   std::printf("crosscheck_ops: %zu cases on %s (%d raised an error) -> %s\n", manifest.size(),
