@@ -338,10 +338,21 @@ struct WinogradWalk {
 // four of those five layers 9-17% faster than 512 (2 MiB of V and Z at 32 channels; the fifth the
 // same), and within 3% of 128 or 4-12% faster. Since the dot tile's blocks run inlined (a shorter
 // sum costs less), 128 runs the 64 -> 64 layers (2 MiB of V and Z at 256) 5-7% faster, and 256 stays
-// where they fit 1.5 MiB (AirNet's 24 -> 64: 1.4 MiB, 3% slower at 128).
+// where they fit 1.5 MiB (AirNet's 24 -> 64: 1.4 MiB, 3% slower at 128). All measured with a 2 MiB
+// L2; DEMI_WINOGRAD_DOT_COLS=<columns> forces one width, to measure a CPU with another L2 (Zen 4: 1 MiB).
 constexpr int64_t kWinogradCols = 128;
 constexpr int64_t kDotColsBytes = int64_t{3} << 19;  // 1.5 MiB
 int64_t winograd_dot_cols(int64_t lanes, int64_t ins, int64_t outs) {
+  static const int64_t forced = [] {
+    const char* env = std::getenv("DEMI_WINOGRAD_DOT_COLS");
+    if (!env || !*env) return int64_t{0};
+    char* end = nullptr;
+    const long cols = std::strtol(env, &end, 10);
+    DEMI_CHECK(*end == '\0' && cols >= 1 && cols <= 65536, "DEMI_WINOGRAD_DOT_COLS=", env,
+               ": expected a number of columns from 1 to 65536 (backward-weight's Winograd tiles a group, at least)");
+    return int64_t{cols};
+  }();
+  if (forced) return forced;
   if (lanes < 16) return 512;
   const int64_t bytes = winograd::kPoints * (ins + outs) * 256 * static_cast<int64_t>(sizeof(float));
   return bytes > kDotColsBytes ? 128 : 256;
