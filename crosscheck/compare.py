@@ -169,7 +169,8 @@ def torch_reference():
     """../shared/bench/torch_reference.py (or $DEMI_TORCH_REFERENCE): the nets demi's models copy."""
     import importlib.util
     import os
-    default = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "bench", "torch_reference.py")
+    here = os.path.dirname(os.path.abspath(__file__))
+    default = os.path.join(here, "..", "..", "shared", "bench", "torch_reference.py")
     path = os.environ.get("DEMI_TORCH_REFERENCE", default)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no {path}: set DEMI_TORCH_REFERENCE to torch_reference.py")

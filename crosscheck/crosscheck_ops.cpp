@@ -1,7 +1,8 @@
 // crosscheck_ops: runs the ops of demi's functional API on seeded inputs (fp32, bf16, fp16, and fp32
 // under bf16 / fp16 autocast), forward and backward, and writes the inputs, the upstream gradient,
 // the outputs and the input gradients to one safetensors file (and, in mode "optim", the
-// trajectories of SGD and AdamW, with and without OneCycle, and global-norm clipping) whose metadata lists the cases.
+// trajectories of SGD and AdamW, with and without OneCycle, and global-norm clipping; in the modes
+// models_*, a training step of SmallCNN and AirNet) whose metadata lists the cases.
 // crosscheck/compare.py runs the same cases in PyTorch (in the same dtype, and in float64 as the
 // reference) and reports where demi computes something else, or less accurately.
 // scripts/crosscheck-pytorch builds and runs both.
@@ -615,8 +616,9 @@ int run(const std::string& path) {
       manifest.push_back(entry);
     }
   }
-  for (const auto& [mode, autocast] : std::vector<std::pair<std::string, std::optional<DType>>>{
-           {"models_fp32", std::nullopt}, {"models_autocast_bf16", DType::BF16}, {"models_autocast_fp16", DType::F16}}) {
+  const std::vector<std::pair<std::string, std::optional<DType>>> model_modes = {
+      {"models_fp32", std::nullopt}, {"models_autocast_bf16", DType::BF16}, {"models_autocast_fp16", DType::F16}};
+  for (const auto& [mode, autocast] : model_modes) {
     for (const std::string net : {"SmallCNN", "AirNet"}) run_model_case(net, mode, autocast, out, manifest, failures);
   }
   save_safetensors(path, out, {{"cases", manifest.dump()}});

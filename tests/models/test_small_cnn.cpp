@@ -30,7 +30,9 @@ std::vector<std::string> state_dict_keys(const std::string& name) {
 
 std::vector<std::string> batch_norm_keys(const std::string& prefix) {
   std::vector<std::string> keys;
-  for (const char* k : {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}) keys.push_back(prefix + k);
+  for (const char* k : {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}) {
+    keys.push_back(prefix + k);
+  }
   return keys;
 }
 
