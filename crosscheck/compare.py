@@ -24,6 +24,7 @@ exits 1 when any case differs, raised or mismatched.
 Usage: compare.py RESULTS.safetensors [--all] [--mode fp32,bf16,...]
 """
 import argparse
+import functools
 import json
 import math
 import struct
@@ -166,8 +167,11 @@ def grad_scaler(x, p):
     return ws + scales
 
 
+@functools.lru_cache(maxsize=None)
 def torch_reference():
-    """../shared/bench/torch_reference.py (or $DEMI_TORCH_REFERENCE): the nets demi's models copy."""
+    """../shared/bench/torch_reference.py (or $DEMI_TORCH_REFERENCE): the nets demi's models copy.
+
+    Loaded once; a missing file raises FileNotFoundError each time it is asked for."""
     import importlib.util
     import os
     here = os.path.dirname(os.path.abspath(__file__))
