@@ -200,7 +200,9 @@ def model(x, p):
     buffers = [n for n, _ in net.named_buffers()]
     net.train()
     logits = torch.func.functional_call(net, state, (x[0],))
-    loss = F.cross_entropy(logits, x[1])
+    # demi's loss is fp32 for half logits too (docs/pytorch.md, "Intended differences"): the same
+    # as PyTorch's on the logits widened.
+    loss = F.cross_entropy(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, x[1])
     after = [state[n].detach().clone() for n in buffers]
     net.eval()
     with torch.no_grad():

@@ -488,14 +488,15 @@ uint64_t seed_of(const std::string& name) {
 // inputs are the images, the labels and the model's state_dict (parameters, then buffers, in its
 // order); the outputs the loss, the logits, the buffers after the step's forward (running
 // statistics) and the logits in eval mode; the gradients those of the images and every parameter.
-// Modes: models_fp32, models_autocast_bf16, models_autocast_fp16.
-void run_model_case(const std::string& net, const std::string& mode, std::optional<DType> autocast, StateDict& out,
-                    json& manifest, int& failures) {
+// Modes: models_fp32, models_autocast_bf16, models_autocast_fp16, and models_bf16, models_fp16:
+// half parameters (Module::to, BatchNorm's kept fp32) and half images, no autocast.
+void run_model_case(const std::string& net, const std::string& mode, std::optional<DType> autocast, DType params_dtype,
+                    StateDict& out, json& manifest, int& failures) {
   const std::string key = mode + "/" + net;
   Generator gen(seed_of(net));
   std::shared_ptr<nn::Module> model = models::make_model(net, gen);
-  model->to(g_device);
-  Tensor x = draw(normal({8, 3, 32, 32}), DType::F32, gen);
+  model->to(params_dtype).to(g_device);
+  Tensor x = draw(normal({8, 3, 32, 32}), params_dtype, gen);
   const Tensor targets = draw(labels({8}, 10), DType::F32, gen);
   std::vector<std::string> params;
   for (const auto& [name, t] : model->named_parameters()) params.push_back(name);
@@ -616,10 +617,20 @@ int run(const std::string& path) {
       manifest.push_back(entry);
     }
   }
-  const std::vector<std::pair<std::string, std::optional<DType>>> model_modes = {
-      {"models_fp32", std::nullopt}, {"models_autocast_bf16", DType::BF16}, {"models_autocast_fp16", DType::F16}};
-  for (const auto& [mode, autocast] : model_modes) {
-    for (const std::string net : {"SmallCNN", "AirNet"}) run_model_case(net, mode, autocast, out, manifest, failures);
+  struct ModelMode {
+    std::string name;
+    std::optional<DType> autocast;
+    DType params;
+  };
+  const std::vector<ModelMode> model_modes = {{"models_fp32", std::nullopt, DType::F32},
+                                              {"models_autocast_bf16", DType::BF16, DType::F32},
+                                              {"models_autocast_fp16", DType::F16, DType::F32},
+                                              {"models_bf16", std::nullopt, DType::BF16},
+                                              {"models_fp16", std::nullopt, DType::F16}};
+  for (const ModelMode& m : model_modes) {
+    for (const std::string net : {"SmallCNN", "AirNet"}) {
+      run_model_case(net, m.name, m.autocast, m.params, out, manifest, failures);
+    }
   }
   save_safetensors(path, out, {{"cases", manifest.dump()}});
   std::printf("crosscheck_ops: %zu cases on %s (%d raised an error) -> %s\n", manifest.size(),
