@@ -264,7 +264,8 @@ const Table& active();
 const Table* table(Level level, const char** missing = nullptr);
 const char* level_name(Level level);
 // Makes `level` the active table until the returned previous level is set back (tests run each
-// kernel once per level this way). Throws like DEMI_CPU_ISA when the CPU lacks it.
+// kernel once per level this way), with DEMI_CPU_BF16_ROUTE applied where the level has a bf16 tile.
+// Throws like DEMI_CPU_ISA when the CPU lacks it.
 Level set_active_for_testing(Level level);
 
 // The entries each variant file provides.

@@ -1,6 +1,7 @@
 // Picks the CPU backend's ISA level once: cpuid + xgetbv for what the CPU and OS support, Linux's
 // permission request for AMX tile data, then DEMI_CPU_ISA to force a lower level. Compiled with the
 // library's baseline flags, whose CPU baseline.cpp checks first.
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -261,7 +262,21 @@ Level set_active_for_testing(Level level) {
   const Level previous = active().level;
   const int i = static_cast<int>(level);
   DEMI_CHECK(r.usable(level), "set_active_for_testing(", kNames[i], "): this CPU lacks ", r.missing[i]);
-  testing_override.store(&r.tables[i], std::memory_order_release);
+  // DEMI_CPU_BF16_ROUTE reaches the tests' levels as it reaches a run's (choose()): on each level with
+  // a bf16 tile, so that an Intel CPU's tests can run Zen 4's route (`vdpbf16ps` for every bf16 GEMM
+  // and convolution) as well as its own. Levels without a tile keep widening.
+  static const auto tables = [&r] {
+    std::array<Table, kNumLevels> t;
+    const char* route = std::getenv("DEMI_CPU_BF16_ROUTE");
+    for (int j = 0; j < kNumLevels; ++j) {
+      t[j] = r.tables[j];
+      if (r.usable(static_cast<Level>(j)) && t[j].bf16.tile != nullptr) {
+        t[j].bf16_route = resolve_bf16_route(route, t[j].level, true, t[j].bf16_route);
+      }
+    }
+    return t;
+  }();
+  testing_override.store(&tables[i], std::memory_order_release);
   return previous;
 }
 
