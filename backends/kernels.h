@@ -333,5 +333,10 @@ int cpu_threads();
 // "amx" (README.md, "CPU kernels"). The environment variable DEMI_CPU_ISA forces a lower level; one
 // the CPU lacks throws demi::Error naming the missing feature.
 const char* cpu_isa();
+// Which bf16 GEMMs and convolutions take that level's bf16 tile: "widen" (none: bf16 is widened into
+// the fp32 tile), "non_winograd" (all but the 3x3 convolutions fp32 Winograd takes) or "everything".
+// It differs between CPUs of one level (avx512_bf16: everything on AMD, widen on Intel), and
+// DEMI_CPU_BF16_ROUTE overrides it.
+const char* cpu_bf16_route();
 
 }  // namespace demi::backend

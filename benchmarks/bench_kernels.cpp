@@ -384,7 +384,8 @@ BENCHMARK_CAPTURE(BM_GeluAirNet, bf16_backward, DType::BF16, Pass::BackwardData)
 }  // namespace demi::backend
 
 int main(int argc, char** argv) {
-  benchmark::AddCustomContext("cpu_isa", demi::backend::cpu::isa::active().name);  // the level the rows ran at
+  benchmark::AddCustomContext("cpu_isa", demi::backend::cpu_isa());  // the level the rows ran at
+  benchmark::AddCustomContext("cpu_bf16_route", demi::backend::cpu_bf16_route());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

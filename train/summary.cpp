@@ -14,6 +14,7 @@ nlohmann::json summary_json(const TrainerConfig& c, const Device& device, const 
                             {"rounding", name_of(c.rounding)},
                             {"device", device.str()},
                             {"cpu_isa", backend::cpu_isa()},
+                            {"cpu_bf16_route", backend::cpu_bf16_route()},
                             {"epochs", s.epochs},
                             {"time_s", s.time_s},
                             {"images_per_s", s.images_per_s},

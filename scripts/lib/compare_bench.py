@@ -120,7 +120,9 @@ def main():
 
     threads = sorted({r.get("threads") for r in demi_runs + torch_runs})
     versions = sorted({r.get("torch", "?") for r in torch_runs})
-    isas = sorted({r.get("cpu_isa", "?") for r in demi_runs})  # demi's CPU kernels (DEMI_CPU_ISA)
+    # demi's CPU kernels (DEMI_CPU_ISA) and which bf16 products take the level's bf16 tile (DEMI_CPU_BF16_ROUTE)
+    isas = sorted({r.get("cpu_isa", "?") + (f" (bf16 route {r['cpu_bf16_route']})" if "cpu_bf16_route" in r else "")
+                   for r in demi_runs})
     where = f"CPU, threads {threads}, demi kernels {', '.join(isas)}" if a.device == "cpu" else "CUDA"
     print(f"\ndemi vs PyTorch {', '.join(versions) or '(no torch results)'}, {where}; "
           f"one training step, median of timed steps (higher img/s is better)")

@@ -30,7 +30,7 @@ TEST(Summary, KeysAndNamesAsTheCommandLineSpellsThem) {
   std::set<std::string> keys;
   for (const auto& [key, value] : j.items()) keys.insert(key);
   EXPECT_EQ(keys, (std::set<std::string>{"model", "precision", "half_params", "master_weights", "rounding", "device",
-                                         "cpu_isa", "epochs", "time_s", "images_per_s", "recipe",
+                                         "cpu_isa", "cpu_bf16_route", "epochs", "time_s", "images_per_s", "recipe",
                                          "final_test_accuracy", "final_test_accuracy_without_tta", "tta",
                                          "best_test_accuracy", "steps_skipped", "nonfinite_loss_steps",
                                          "final_loss_scale", "peak_memory_bytes"}));

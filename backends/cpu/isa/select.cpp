@@ -23,6 +23,7 @@ namespace demi::backend::cpu::isa {
 namespace {
 
 constexpr const char* kNames[kNumLevels] = {"scalar", "avx2", "avx512", "avx512_bf16", "amx"};
+constexpr const char* kRouteNames[] = {"widen", "non_winograd", "everything"};  // in Bf16Route's order
 
 #if defined(__x86_64__)
 // Linux hands out AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA,
@@ -236,9 +237,8 @@ Bf16Route preferred_bf16_route(Level level, const CpuFeatures& f) {
 
 Bf16Route resolve_bf16_route(const char* requested, Level level, bool has_tile, Bf16Route preferred) {
   if (requested == nullptr || *requested == '\0') return preferred;
-  constexpr const char* kRoutes[] = {"widen", "non_winograd", "everything"};  // in Bf16Route's order
   for (int i = 0; i < 3; ++i) {
-    if (std::strcmp(requested, kRoutes[i]) != 0) continue;
+    if (std::strcmp(requested, kRouteNames[i]) != 0) continue;
     const auto route = static_cast<Bf16Route>(i);
     DEMI_CHECK(route == Bf16Route::Widen || has_tile, "DEMI_CPU_BF16_ROUTE=", requested, ": the ISA level ",
                kNames[static_cast<int>(level)], " has no bf16 tile (avx512_bf16 and amx have one); use widen");
@@ -285,5 +285,6 @@ Level set_active_for_testing(Level level) {
 namespace demi::backend {
 
 const char* cpu_isa() { return cpu::isa::active().name; }
+const char* cpu_bf16_route() { return cpu::isa::kRouteNames[static_cast<int>(cpu::isa::active().bf16_route)]; }
 
 }  // namespace demi::backend

@@ -54,6 +54,18 @@ TEST(IsaSelect, ReportsTheActiveLevel) {
   EXPECT_STREQ(cpu_isa(), level_name(best)) << "without DEMI_CPU_ISA the highest usable level runs";
 }
 
+TEST(IsaSelect, ReportsTheActiveBf16Route) {
+  const char* names[] = {"widen", "non_winograd", "everything"};  // Bf16Route's order
+  EXPECT_STREQ(cpu_bf16_route(), names[static_cast<int>(active().bf16_route)]);
+  const char* env = std::getenv("DEMI_CPU_BF16_ROUTE");
+  const std::string asked = env ? env : "";
+  if (!asked.empty()) {
+    EXPECT_EQ(cpu_bf16_route(), asked) << "DEMI_CPU_BF16_ROUTE must set the route";
+  }
+  demi_test::IsaGuard scalar(Level::Scalar);  // the oracle runs every bf16 path on its tile, unless told
+  EXPECT_EQ(cpu_bf16_route(), asked.empty() ? "everything" : asked) << "a test's level takes the route too";
+}
+
 TEST(IsaSelect, DetectionAgreesWithTheTables) {
   const CpuFeatures f = detect_features();
   for (Level level : demi_test::isa_levels()) {
