@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/kernels.h"
 #include "framework/demi/demi.h"
 #include "models/small_cnn.h"
 
@@ -633,8 +634,11 @@ int run(const std::string& path) {
     }
   }
   save_safetensors(path, out, {{"cases", manifest.dump()}});
-  std::printf("crosscheck_ops: %zu cases on %s (%d raised an error) -> %s\n", manifest.size(),
-              g_device.is_cpu() ? "the CPU" : "CUDA", failures, path.c_str());
+  const std::string where = g_device.is_cpu() ? std::string("the CPU (") + backend::cpu_isa() + " kernels, bf16 route " +
+                                                    backend::cpu_bf16_route() + ")"
+                                              : "CUDA";
+  std::printf("crosscheck_ops: %zu cases on %s (%d raised an error) -> %s\n", manifest.size(), where.c_str(), failures,
+              path.c_str());
   return 0;
 }
 
