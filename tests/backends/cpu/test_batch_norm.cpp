@@ -41,6 +41,9 @@ const Case kCases[] = {
     // 12x12 planes: half types read planes of 100 values or more as such (isa::BatchNormHalf), here
     // with a mean far from 0 (hi + lo) and without weight and bias.
     {"nchw_direct_half_planes_large_mean", {6, 2, 12, 12}, false, 1000.0, 8.0},
+    // 7 channels of 2304 values: enough work to split the channel loop across threads (common.h's
+    // parallel_for, too little work in every case above), 4 | 3 on two threads, 3 | 3 | 1 on three.
+    {"nchw_channels_split_across_threads", {4, 7, 24, 24}, true, 0.0, 1.0},
 };
 
 std::string describe(const Case& c, DType dtype) {
