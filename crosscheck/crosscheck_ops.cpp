@@ -634,9 +634,10 @@ int run(const std::string& path) {
     }
   }
   save_safetensors(path, out, {{"cases", manifest.dump()}});
-  const std::string where = g_device.is_cpu() ? std::string("the CPU (") + backend::cpu_isa() + " kernels, bf16 route " +
-                                                    backend::cpu_bf16_route() + ")"
-                                              : "CUDA";
+  const std::string where =
+      g_device.is_cpu()
+          ? std::string("the CPU (") + backend::cpu_isa() + " kernels, bf16 route " + backend::cpu_bf16_route() + ")"
+          : "CUDA";
   std::printf("crosscheck_ops: %zu cases on %s (%d raised an error) -> %s\n", manifest.size(), where.c_str(), failures,
               path.c_str());
   return 0;

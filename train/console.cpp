@@ -62,7 +62,9 @@ void Console::banner(const TrainerConfig& c, const Environment& env, int64_t ste
   std::ostringstream line;
   line << name_of(c.model) << " " << name_of(c.precision) << (c.half_params ? " (half params)" : "") << " on "
        << env.device;
-  if (env.device.is_cpu()) line << " (" << backend::cpu_isa() << " kernels, bf16 route " << backend::cpu_bf16_route() << ")";
+  if (env.device.is_cpu()) {
+    line << " (" << backend::cpu_isa() << " kernels, bf16 route " << backend::cpu_bf16_route() << ")";
+  }
   if (env.group) {
     line << " x " << env.world << " processes (" << env.group->backend() << ", " << c.batch_size / env.world
          << " images each)";
