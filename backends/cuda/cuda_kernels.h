@@ -52,6 +52,7 @@ class CudaKernels final : public Kernels {
   void permute_impl(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) override;
   // gemm.cu (cuBLASLt)
   void gemm_impl(const GemmArgs& args) override;
+  struct GemmCall;  // gemm_impl's steps, nested for cast_impl
   // conv2d.cu (cuDNN)
   void conv2d_forward_impl(const Conv2dArgs& args, const ConvGeom& g) override;
   void conv2d_backward_data_impl(const Conv2dArgs& args, const ConvGeom& g) override;

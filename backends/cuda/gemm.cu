@@ -159,24 +159,23 @@ void set_batch(cublasLtMatrixLayout_t layout, int64_t batch, int64_t stride) {
                                                      sizeof(stride)));
 }
 
-// Builds the descriptors and asks the heuristic for its best algorithm (found = false when none).
-std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g, const Route& r, const Operands& ops) {
-  auto plan = std::make_unique<Plan>();
+// The matmul descriptor (compute and scale types, transposes, the fused bias) and the four layouts.
+void describe(Plan& plan, const GemmArgs& g, const Route& r, const Operands& ops) {
   const bool ta = g.trans_a == Transpose::Yes, tb = g.trans_b == Transpose::Yes;
   const cudaDataType_t scale_type = r.compute == DType::F64 ? CUDA_R_64F : CUDA_R_32F;
-  DEMI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute_type(r), scale_type));
+  DEMI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute_type(r), scale_type));
   const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our B
   const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  DEMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-  DEMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  DEMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  DEMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   if (r.fuse_bias) {
     // cuBLASLt's bias has one element per row of its column-major D = C^T [n, m], that is per column
     // of our C: bias[j] is added to C[i, j] for every i, as GemmArgs says. Its dtype defaults to D's,
     // which route_for made it. The heuristic reads the pointer's alignment, so it is set before.
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    DEMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+    DEMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                      sizeof(epilogue)));
-    DEMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias,
+    DEMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias,
                                                      sizeof(ops.bias)));
   }
   // Column-major views of the row-major operands (ld = rows: each is dense):
@@ -187,20 +186,26 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g, cons
   const uint64_t m = static_cast<uint64_t>(g.m), n = static_cast<uint64_t>(g.n), k = static_cast<uint64_t>(g.k);
   const uint64_t a_rows = tb ? k : n, a_cols = tb ? n : k;
   const uint64_t b_rows = ta ? m : k, b_cols = ta ? k : m;
-  DEMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in, a_rows, a_cols, static_cast<int64_t>(a_rows)));
-  DEMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in, b_rows, b_cols, static_cast<int64_t>(b_rows)));
-  DEMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out, n, m, static_cast<int64_t>(n)));
-  DEMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, out, n, m, static_cast<int64_t>(n)));
+  DEMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, in, a_rows, a_cols, static_cast<int64_t>(a_rows)));
+  DEMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, in, b_rows, b_cols, static_cast<int64_t>(b_rows)));
+  DEMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, out, n, m, static_cast<int64_t>(n)));
+  DEMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.d, out, n, m, static_cast<int64_t>(n)));
   if (g.batch > 1) {
-    set_batch(plan->a, g.batch, ops.stride_b);
-    set_batch(plan->b, g.batch, ops.stride_a);
-    set_batch(plan->c, g.batch, ops.stride_c);
-    set_batch(plan->d, g.batch, ops.stride_c);
+    set_batch(plan.a, g.batch, ops.stride_b);
+    set_batch(plan.b, g.batch, ops.stride_a);
+    set_batch(plan.c, g.batch, ops.stride_c);
+    set_batch(plan.d, g.batch, ops.stride_c);
   }
+}
 
+using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PreferenceDeleter>;
+
+// What the heuristic may choose from: the workspace it may use, the split-k scheme, the operands'
+// alignments.
+Preference preference(const Route& r, const Operands& ops) {
   cublasLtMatmulPreference_t raw_pref = nullptr;
   DEMI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
-  const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PreferenceDeleter> pref(raw_pref);
+  Preference pref(raw_pref);
   const uint64_t workspace_bytes = kCublasWorkspaceBytes;
   DEMI_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                          &workspace_bytes, sizeof(workspace_bytes)));
@@ -221,7 +226,14 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g, cons
                                                          &align_cd, sizeof(align_cd)));
   DEMI_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                          &align_cd, sizeof(align_cd)));
+  return pref;
+}
 
+// Builds the descriptors and asks the heuristic for its best algorithm (found = false when none).
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& g, const Route& r, const Operands& ops) {
+  auto plan = std::make_unique<Plan>();
+  describe(*plan, g, r, ops);
+  const Preference pref = preference(r, ops);
   // Not DEMI_CUBLAS_CHECK: "no algorithm" (CUBLAS_STATUS_NOT_SUPPORTED, or none returned) is an answer
   // the caller handles (retry without the epilogue, or an error naming the shape).
   cublasLtMatmulHeuristicResult_t result{};
@@ -260,6 +272,17 @@ PlanKey key_for(const GemmArgs& g, const Route& r, const Operands& ops) {
 
 size_t round_up(size_t bytes) { return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
 
+[[noreturn]] void throw_no_algorithm(const GemmArgs& g, const Route& route, cublasStatus_t status) {
+  DEMI_THROW("gemm: cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch,
+             " (strides ", g.stride_a, ", ", g.stride_b, ", ", g.stride_c, "), trans_a=",
+             g.trans_a == Transpose::Yes, " trans_b=", g.trans_b == Transpose::Yes, ", A and B ", g.a.dtype,
+             " read as ", route.in, ", C ", g.c.dtype, " written as ", route.out, ", compute ",
+             route.compute == DType::F64 ? "fp64" : route.tf32 ? "tf32" : "fp32",
+             g.bias.defined() ? ", with bias" : "", " (cublasLtMatmulAlgoGetHeuristic: ",
+             cublasLtGetStatusName(status), "); cast the operands to float32, or copy them to "
+             "aligned, contiguous tensors");
+}
+
 }  // namespace
 
 struct CudaKernels::GemmPlans {
@@ -272,59 +295,67 @@ CudaKernels::GemmPlans& CudaKernels::gemm_plans() {
 }
 void CudaKernels::PlansDeleter::operator()(GemmPlans* plans) const { delete plans; }
 
-// gemm: see GemmArgs. A, B and C on this device, row-major; the batch strides are in elements.
-void CudaKernels::gemm_impl(const GemmArgs& args) {
-  const GemmArgs& g = args;
-  if (g.m == 0 || g.n == 0) return;
-  DEMI_CHECK(g.batch <= INT32_MAX, "gemm: batch ", g.batch, " exceeds cuBLASLt's limit of ", INT32_MAX,
-             "; split the batch into several calls");
-  const DeviceGuard guard(index_);
-  const int64_t mn = g.m * g.n, total = g.batch * mn;
-  const int64_t stride_c = g.batch > 1 ? g.stride_c : 0;
-
-  // The bias as `dtype` at `scratch` (or in place when it already is), for a pass that adds it.
-  auto bias_as = [&](DType dtype, void* scratch) -> const void* {
-    if (!g.bias.defined()) return nullptr;
-    if (g.bias.dtype == dtype) return g.bias.data;
-    cast_impl(g.bias, TensorRef{scratch, {g.n}, dtype});  // our own cast: arguments built here
-    return scratch;
-  };
-
-  if (g.k == 0) {  // op(A) op(B) is all zeros: C = beta * C + bias, computed as on the CPU
-    const DType acc = g.c.dtype == DType::F64 ? DType::F64 : DType::F32;
-    void* scratch = g.bias.defined() ? workspace(static_cast<size_t>(g.n) * dtype_size(acc)) : nullptr;
-    const void* bias = bias_as(acc, scratch);
-    dispatch_floating(g.c.dtype, "gemm", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using A = acc_t<T>;
-      T* c = g.c.as<T>();
-      matrix_pass_kernel<T, T><<<blocks_for(total, kThreads), kThreads, 0, stream_>>>(
-          g.beta != 0.0 ? c : nullptr, stride_c, static_cast<A>(g.beta), static_cast<const A*>(bias), c, stride_c,
-          mn, g.n, total);
-      DEMI_CUDA_LAUNCH_CHECK("matrix_pass_kernel");
-    });
-    return;
-  }
-
-  const int64_t span_a = gemm_span(g.batch, g.stride_a, g.m * g.k), span_b = gemm_span(g.batch, g.stride_b, g.k * g.n);
-  GemmPlans& cache = gemm_plans();
-  const std::lock_guard<std::mutex> lock(cache.mutex);
-
-  // Lays out the workspace for a route (cuBLASLt's part first, then the scratch buffers) and names
-  // what cuBLASLt reads and writes.
+// One gemm_impl call in steps. Nested in CudaKernels for cast_impl: the casts here take arguments
+// built here, which the checked cast would only check again.
+struct CudaKernels::GemmCall {
+  // The workspace's scratch regions after cuBLASLt's part; null where the route needs none.
   struct Scratch {
     void* a = nullptr;
     void* b = nullptr;
     void* d = nullptr;
     void* bias = nullptr;
   };
-  auto prepare = [&](const Route& r, Scratch& s) {
+  // How the call runs: its route, the workspace laid out for it, and the plan cuBLASLt runs.
+  struct Setup {
+    Route route;
+    Scratch scratch;
+    Operands ops;
+    Plan* plan = nullptr;
+  };
+
+  GemmCall(CudaKernels& device, const GemmArgs& args)
+      : kernels(device),
+        g(args),
+        mn(args.m * args.n),
+        total(args.batch * mn),
+        stride_c(args.batch > 1 ? args.stride_c : 0),
+        span_a(gemm_span(args.batch, args.stride_a, args.m * args.k)),
+        span_b(gemm_span(args.batch, args.stride_b, args.k * args.n)) {}
+
+  // The bias as `dtype` at `scratch` (or in place when it already is), for a pass that adds it.
+  const void* bias_as(DType dtype, void* scratch) const {
+    if (!g.bias.defined()) return nullptr;
+    if (g.bias.dtype == dtype) return g.bias.data;
+    kernels.cast_impl(g.bias, TensorRef{scratch, {g.n}, dtype});
+    return scratch;
+  }
+
+  // k = 0: op(A) op(B) is all zeros, so C = beta * C + bias, computed as on the CPU.
+  void scale_and_add_bias() const {
+    const DType acc = g.c.dtype == DType::F64 ? DType::F64 : DType::F32;
+    void* scratch = g.bias.defined() ? kernels.workspace(static_cast<size_t>(g.n) * dtype_size(acc)) : nullptr;
+    const void* bias = bias_as(acc, scratch);
+    dispatch_floating(g.c.dtype, "gemm", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using A = acc_t<T>;
+      T* c = g.c.as<T>();
+      matrix_pass_kernel<T, T><<<kernels.blocks_for(total, kThreads), kThreads, 0, kernels.stream_>>>(
+          g.beta != 0.0 ? c : nullptr, stride_c, static_cast<A>(g.beta), static_cast<const A*>(bias), c, stride_c,
+          mn, g.n, total);
+      DEMI_CUDA_LAUNCH_CHECK("matrix_pass_kernel");
+    });
+  }
+
+  // Lays out the workspace for a route (cuBLASLt's part first, then the scratch buffers) and names
+  // what cuBLASLt reads and writes.
+  Operands lay_out(const Route& r, Scratch& s) const {
     const size_t in_size = dtype_size(r.in), out_size = dtype_size(r.out);
     const size_t a_bytes = r.widen_inputs ? round_up(static_cast<size_t>(span_a) * in_size) : 0;
     const size_t b_bytes = r.widen_inputs ? round_up(static_cast<size_t>(span_b) * in_size) : 0;
     const size_t d_bytes = r.out_scratch ? round_up(static_cast<size_t>(total) * out_size) : 0;
     const size_t bias_bytes = g.bias.defined() ? round_up(static_cast<size_t>(g.n) * out_size) : 0;
-    char* base = static_cast<char*>(workspace(kCublasWorkspaceBytes + a_bytes + b_bytes + d_bytes + bias_bytes));
+    const size_t bytes = kCublasWorkspaceBytes + a_bytes + b_bytes + d_bytes + bias_bytes;
+    char* base = static_cast<char*>(kernels.workspace(bytes));
     char* next = base + kCublasWorkspaceBytes;
     auto take = [&](size_t bytes) -> void* {
       void* p = bytes ? next : nullptr;
@@ -347,79 +378,106 @@ void CudaKernels::gemm_impl(const GemmArgs& args) {
     }
     ops.workspace = base;
     return ops;
-  };
-  auto plan_for = [&](const Route& r, const Operands& ops) -> Plan& {
-    std::unique_ptr<Plan>& slot = cache.plans[key_for(g, r, ops)];
-    if (!slot) slot = make_plan(cublaslt_, g, r, ops);  // a failed search is cached too: not repeated
-    return *slot;
-  };
-
-  Route route = route_for(g, /*allow_fused_bias=*/true);
-  Scratch scratch;
-  Operands ops = prepare(route, scratch);
-  Plan* plan = &plan_for(route, ops);
-  if (!plan->found && route.fuse_bias) {  // no algorithm with the bias epilogue: add it in a pass
-    route = route_for(g, /*allow_fused_bias=*/false);
-    ops = prepare(route, scratch);
-    plan = &plan_for(route, ops);
-  }
-  if (!plan->found) {
-    DEMI_THROW("gemm: cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch,
-               " (strides ", g.stride_a, ", ", g.stride_b, ", ", g.stride_c, "), trans_a=",
-               g.trans_a == Transpose::Yes, " trans_b=", g.trans_b == Transpose::Yes, ", A and B ", g.a.dtype,
-               " read as ", route.in, ", C ", g.c.dtype, " written as ", route.out, ", compute ",
-               route.compute == DType::F64 ? "fp64" : route.tf32 ? "tf32" : "fp32",
-               g.bias.defined() ? ", with bias" : "", " (cublasLtMatmulAlgoGetHeuristic: ",
-               cublasLtGetStatusName(plan->status), "); cast the operands to float32, or copy them to "
-               "aligned, contiguous tensors");
   }
 
-  if (route.widen_inputs) {
-    cast_impl(TensorRef{g.a.data, {span_a}, g.a.dtype}, TensorRef{scratch.a, {span_a}, route.in});
-    cast_impl(TensorRef{g.b.data, {span_b}, g.b.dtype}, TensorRef{scratch.b, {span_b}, route.in});
+  // The route's workspace and cached plan (a failed search is cached too: not repeated).
+  Setup set_up(GemmPlans& cache, bool allow_fused_bias) const {
+    Setup s;
+    s.route = route_for(g, allow_fused_bias);
+    s.ops = lay_out(s.route, s.scratch);
+    std::unique_ptr<Plan>& slot = cache.plans[key_for(g, s.route, s.ops)];
+    if (!slot) slot = make_plan(kernels.cublaslt_, g, s.route, s.ops);
+    s.plan = slot.get();
+    return s;
   }
-  if (route.out_scratch && g.beta != 0.0) {  // C into the scratch D, widened: cuBLASLt applies beta there
+
+  // The bias epilogue when cuBLASLt has an algorithm with it, else the bias in the pass after.
+  Setup choose(GemmPlans& cache) const {
+    Setup s = set_up(cache, /*allow_fused_bias=*/true);
+    if (!s.plan->found && s.route.fuse_bias) s = set_up(cache, /*allow_fused_bias=*/false);
+    if (!s.plan->found) throw_no_algorithm(g, s.route, s.plan->status);
+    return s;
+  }
+
+  // What cuBLASLt reads besides A, B and C themselves: A and B widened, C widened into the scratch D
+  // (cuBLASLt applies beta there).
+  void stage_inputs(const Setup& s) const {
+    if (s.route.widen_inputs) {
+      kernels.cast_impl(TensorRef{g.a.data, {span_a}, g.a.dtype}, TensorRef{s.scratch.a, {span_a}, s.route.in});
+      kernels.cast_impl(TensorRef{g.b.data, {span_b}, g.b.dtype}, TensorRef{s.scratch.b, {span_b}, s.route.in});
+    }
+    if (!s.route.out_scratch || g.beta == 0.0) return;
     dispatch_floating(g.c.dtype, "gemm", [&](auto from_tag) {
       using From = typename decltype(from_tag)::type;
-      dispatch_floating(route.out, "gemm", [&](auto to_tag) {
+      dispatch_floating(s.route.out, "gemm", [&](auto to_tag) {
         using To = typename decltype(to_tag)::type;
-        matrix_pass_kernel<To, From><<<blocks_for(total, kThreads), kThreads, 0, stream_>>>(
-            g.c.as<const From>(), stride_c, acc_t<From>(1), nullptr, static_cast<To*>(scratch.d), mn, mn, g.n,
+        matrix_pass_kernel<To, From><<<kernels.blocks_for(total, kThreads), kThreads, 0, kernels.stream_>>>(
+            g.c.as<const From>(), stride_c, acc_t<From>(1), nullptr, static_cast<To*>(s.scratch.d), mn, mn, g.n,
             total);
         DEMI_CUDA_LAUNCH_CHECK("matrix_pass_kernel");
       });
     });
   }
 
-  // alpha and beta in the scale type, on the host.
-  const float alpha_f = static_cast<float>(g.alpha), beta_f = static_cast<float>(g.beta);
-  const double alpha_d = g.alpha, beta_d = g.beta;
-  const bool fp64 = route.compute == DType::F64;
-  if (route.fuse_bias)
-    DEMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias,
-                                                     sizeof(ops.bias)));
-  DEMI_CUBLAS_CHECK(cublasLtMatmul(cublaslt_, plan->desc, fp64 ? static_cast<const void*>(&alpha_d) : &alpha_f,
-                                   ops.b, plan->a, ops.a, plan->b,
-                                   fp64 ? static_cast<const void*>(&beta_d) : &beta_f, ops.c, plan->c, ops.c,
-                                   plan->d, &plan->algo, ops.workspace, kCublasWorkspaceBytes, stream_));
+  // D = alpha op(A) op(B) + beta C (+ the fused bias), with alpha and beta in the scale type, on the host.
+  void matmul(const Setup& s) const {
+    const float alpha_f = static_cast<float>(g.alpha), beta_f = static_cast<float>(g.beta);
+    const double alpha_d = g.alpha, beta_d = g.beta;
+    const bool fp64 = s.route.compute == DType::F64;
+    Plan& p = *s.plan;
+    if (s.route.fuse_bias)
+      DEMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &s.ops.bias,
+                                                       sizeof(s.ops.bias)));
+    DEMI_CUBLAS_CHECK(cublasLtMatmul(kernels.cublaslt_, p.desc, fp64 ? static_cast<const void*>(&alpha_d) : &alpha_f,
+                                     s.ops.b, p.a, s.ops.a, p.b, fp64 ? static_cast<const void*>(&beta_d) : &beta_f,
+                                     s.ops.c, p.c, s.ops.c, p.d, &p.algo, s.ops.workspace, kCublasWorkspaceBytes,
+                                     kernels.stream_));
+  }
 
-  const bool bias_pass = g.bias.defined() && !route.fuse_bias;
-  if (!route.out_scratch && !bias_pass) return;
   // The pass after: D (+ bias) rounded once into C, or the bias added to C in place. route_for never
   // leaves an unfused bias on a half D, so the arithmetic type is D's own.
-  const void* bias = bias_pass ? bias_as(route.out, scratch.bias) : nullptr;
-  dispatch_floating(route.out, "gemm", [&](auto from_tag) {
-    using From = typename decltype(from_tag)::type;
-    using A = acc_t<From>;
-    const From* d = static_cast<const From*>(ops.c);
-    const int64_t d_stride = ops.stride_c;
-    dispatch_floating(g.c.dtype, "gemm", [&](auto to_tag) {
-      using To = typename decltype(to_tag)::type;
-      matrix_pass_kernel<To, From><<<blocks_for(total, kThreads), kThreads, 0, stream_>>>(
-          d, d_stride, A(1), static_cast<const A*>(bias), g.c.as<To>(), stride_c, mn, g.n, total);
-      DEMI_CUDA_LAUNCH_CHECK("matrix_pass_kernel");
+  void finish(const Setup& s) const {
+    const bool bias_pass = g.bias.defined() && !s.route.fuse_bias;
+    if (!s.route.out_scratch && !bias_pass) return;
+    const void* bias = bias_pass ? bias_as(s.route.out, s.scratch.bias) : nullptr;
+    dispatch_floating(s.route.out, "gemm", [&](auto from_tag) {
+      using From = typename decltype(from_tag)::type;
+      using A = acc_t<From>;
+      const From* d = static_cast<const From*>(s.ops.c);
+      const int64_t d_stride = s.ops.stride_c;
+      dispatch_floating(g.c.dtype, "gemm", [&](auto to_tag) {
+        using To = typename decltype(to_tag)::type;
+        matrix_pass_kernel<To, From><<<kernels.blocks_for(total, kThreads), kThreads, 0, kernels.stream_>>>(
+            d, d_stride, A(1), static_cast<const A*>(bias), g.c.as<To>(), stride_c, mn, g.n, total);
+        DEMI_CUDA_LAUNCH_CHECK("matrix_pass_kernel");
+      });
     });
-  });
+  }
+
+  CudaKernels& kernels;
+  const GemmArgs& g;
+  const int64_t mn, total;  // elements of one C, of all
+  const int64_t stride_c;   // C's batch stride; 0 when batch is 1
+  const int64_t span_a, span_b;  // elements of A and of B that the batch reaches
+};
+
+// gemm: see GemmArgs. A, B and C on this device, row-major; the batch strides are in elements.
+void CudaKernels::gemm_impl(const GemmArgs& args) {
+  if (args.m == 0 || args.n == 0) return;
+  DEMI_CHECK(args.batch <= INT32_MAX, "gemm: batch ", args.batch, " exceeds cuBLASLt's limit of ", INT32_MAX,
+             "; split the batch into several calls");
+  const DeviceGuard guard(index_);
+  const GemmCall call(*this, args);
+  if (args.k == 0) {
+    call.scale_and_add_bias();
+    return;
+  }
+  GemmPlans& cache = gemm_plans();
+  const std::lock_guard<std::mutex> lock(cache.mutex);  // held through matmul, which sets the plan's bias pointer
+  const GemmCall::Setup setup = call.choose(cache);
+  call.stage_inputs(setup);
+  call.matmul(setup);
+  call.finish(setup);
 }
 
 }  // namespace demi::backend::cuda
