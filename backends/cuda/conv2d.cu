@@ -208,15 +208,68 @@ void describe(Plan& plan, const ConvGeom& g, DType dtype, cudnnMathType_t math) 
                       oh, ", ", ow, "] differs from [", g.n, ", ", g.o, ", ", g.oh, ", ", g.ow, "]");
 }
 
-// Whether the algorithm is as accurate as a direct sum. cuDNN's non-fused Winograd is not: on an
-// H200 (cuDNN 9.19) it erred by 3% of the sum of |terms| in fp32 backward data of a 5x5 filter and
-// by 3e-4 in the forward (implicit GEMM and FFT: below 4e-7). Measured with every algorithm of the
-// three passes; scripts/gpu-check's conv2d tests fail on such an error.
-bool accurate(cudnnConvolutionFwdAlgo_t algo) { return algo != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED; }
-bool accurate(cudnnConvolutionBwdDataAlgo_t algo) { return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED; }
-bool accurate(cudnnConvolutionBwdFilterAlgo_t algo) {
-  return algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
-}
+// What the three passes' algorithm searches differ in, by the pass's cuDNN result type: its algorithm
+// enum, its workspace size query, its Find on the call's buffers, and which algorithms are accurate.
+// accurate: as accurate as a direct sum. cuDNN's non-fused Winograd is not: on an H200 (cuDNN 9.19)
+// it erred by 3% of the sum of |terms| in fp32 backward data of a 5x5 filter and by 3e-4 in the
+// forward (implicit GEMM and FFT: below 4e-7). Measured with every algorithm of the three passes;
+// scripts/gpu-check's conv2d tests fail on such an error.
+template <typename Perf>
+struct PassApi;
+
+template <>
+struct PassApi<cudnnConvolutionFwdAlgoPerf_t> {
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  using Algo = cudnnConvolutionFwdAlgo_t;
+  static constexpr int kAlgoCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+  static bool accurate(Algo algo) { return algo != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED; }
+  static cudnnStatus_t workspace_size(cudnnHandle_t h, const Plan& p, Algo algo, size_t* size) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, p.input.get(), p.weight.get(), p.conv.get(), p.output.get(),
+                                                   algo, size);
+  }
+  static void find(cudnnHandle_t h, const Plan& p, const Conv2dArgs& a, Perf* results, int& count, void* ws,
+                   size_t bytes) {
+    DEMI_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+        h, p.input.get(), a.input.data, p.weight.get(), a.weight.data, p.conv.get(), p.output.get(), a.output.data,
+        kAlgoCount, &count, results, ws, bytes));
+  }
+};
+
+template <>
+struct PassApi<cudnnConvolutionBwdDataAlgoPerf_t> {
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdDataAlgo_t;
+  static constexpr int kAlgoCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+  static bool accurate(Algo algo) { return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED; }
+  static cudnnStatus_t workspace_size(cudnnHandle_t h, const Plan& p, Algo algo, size_t* size) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.weight.get(), p.output.get(), p.conv.get(),
+                                                        p.input.get(), algo, size);
+  }
+  static void find(cudnnHandle_t h, const Plan& p, const Conv2dArgs& a, Perf* results, int& count, void* ws,
+                   size_t bytes) {
+    DEMI_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        h, p.weight.get(), a.weight.data, p.output.get(), a.output.data, p.conv.get(), p.input.get(), a.input.data,
+        kAlgoCount, &count, results, ws, bytes));
+  }
+};
+
+template <>
+struct PassApi<cudnnConvolutionBwdFilterAlgoPerf_t> {
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdFilterAlgo_t;
+  static constexpr int kAlgoCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  static bool accurate(Algo algo) { return algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED; }
+  static cudnnStatus_t workspace_size(cudnnHandle_t h, const Plan& p, Algo algo, size_t* size) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.input.get(), p.output.get(), p.conv.get(),
+                                                          p.weight.get(), algo, size);
+  }
+  static void find(cudnnHandle_t h, const Plan& p, const Conv2dArgs& a, Perf* results, int& count, void* ws,
+                   size_t bytes) {
+    DEMI_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        h, p.input.get(), a.input.data, p.output.get(), a.output.data, p.conv.get(), p.weight.get(), a.weight.data,
+        kAlgoCount, &count, results, ws, bytes));
+  }
+};
 
 // The fastest algorithm that ran (status SUCCESS), preferring in turn one that is accurate and
 // deterministic (a run repeats bit for bit), one that is accurate, then any. For fp32
@@ -228,7 +281,7 @@ const Perf* fastest(const Perf* results, int count, bool fma_only) {
     for (int i = 0; i < count; ++i) {
       const Perf& r = results[i];
       if (r.status != CUDNN_STATUS_SUCCESS || (fma_only && r.mathType != CUDNN_FMA_MATH)) continue;
-      if (strictness >= 1 && !accurate(r.algo)) continue;
+      if (strictness >= 1 && !PassApi<Perf>::accurate(r.algo)) continue;
       if (strictness == 2 && r.determinism != CUDNN_DETERMINISTIC) continue;
       if (best == nullptr || r.time < best->time) best = &r;
     }
@@ -257,74 +310,36 @@ size_t find_workspace_bytes(int algo_count, SizeOf size_of) {
   return bytes;
 }
 
-// Runs Find for the plan's pass on the call's buffers (it overwrites the pass's output, which the
-// real call writes next) and records the winner, its math type and its workspace size.
-void choose_algorithm(CudaKernels& k, Plan& p, Pass pass, const Conv2dArgs& a, bool fma_only, const char* op) {
+// Runs Find for the pass whose cuDNN result type is Perf on the call's buffers (it overwrites the
+// pass's output, which the real call writes next) and records the winner, its math type and its
+// workspace size.
+template <typename Perf>
+void choose_pass_algorithm(CudaKernels& k, Plan& p, const Conv2dArgs& a, bool fma_only, const char* op) {
+  using Api = PassApi<Perf>;
   cudnnHandle_t h = k.cudnn();
+  const size_t bytes = find_workspace_bytes(Api::kAlgoCount, [&](int algo, size_t* size) {
+    return Api::workspace_size(h, p, static_cast<typename Api::Algo>(algo), size);
+  });
+  void* ws = k.workspace(bytes);
+  Perf results[Api::kAlgoCount];
+  int count = 0;
+  Api::find(h, p, a, results, count, ws, bytes);
+  const Perf* best = fastest(results, count, fma_only);
+  if (best == nullptr) throw_no_algorithm(results, count, a, op);
+  DEMI_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.get(), best->mathType));
   size_t need = 0;
+  DEMI_CUDNN_CHECK(Api::workspace_size(h, p, best->algo, &need));
+  p.algo = best->algo;
+  p.workspace_bytes = need > best->memory ? need : best->memory;
+}
+
+// choose_pass_algorithm for the plan's pass.
+void choose_algorithm(CudaKernels& k, Plan& p, Pass pass, const Conv2dArgs& a, bool fma_only, const char* op) {
   switch (pass) {
-    case Pass::Forward: {
-      const size_t bytes = find_workspace_bytes(CUDNN_CONVOLUTION_FWD_ALGO_COUNT, [&](int algo, size_t* size) {
-        return cudnnGetConvolutionForwardWorkspaceSize(h, p.input.get(), p.weight.get(), p.conv.get(), p.output.get(),
-                                                       static_cast<cudnnConvolutionFwdAlgo_t>(algo), size);
-      });
-      void* ws = k.workspace(bytes);
-      cudnnConvolutionFwdAlgoPerf_t results[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      int count = 0;
-      DEMI_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-          h, p.input.get(), a.input.data, p.weight.get(), a.weight.data, p.conv.get(), p.output.get(), a.output.data,
-          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, results, ws, bytes));
-      const cudnnConvolutionFwdAlgoPerf_t* best = fastest(results, count, fma_only);
-      if (best == nullptr) throw_no_algorithm(results, count, a, op);
-      DEMI_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.get(), best->mathType));
-      DEMI_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, p.input.get(), p.weight.get(), p.conv.get(),
-                                                               p.output.get(), best->algo, &need));
-      p.algo = best->algo;
-      p.workspace_bytes = need > best->memory ? need : best->memory;
-      return;
-    }
-    case Pass::BackwardData: {
-      const size_t bytes = find_workspace_bytes(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, [&](int algo, size_t* size) {
-        return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.weight.get(), p.output.get(), p.conv.get(),
-                                                            p.input.get(),
-                                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), size);
-      });
-      void* ws = k.workspace(bytes);
-      cudnnConvolutionBwdDataAlgoPerf_t results[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      int count = 0;
-      DEMI_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-          h, p.weight.get(), a.weight.data, p.output.get(), a.output.data, p.conv.get(), p.input.get(), a.input.data,
-          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, results, ws, bytes));
-      const cudnnConvolutionBwdDataAlgoPerf_t* best = fastest(results, count, fma_only);
-      if (best == nullptr) throw_no_algorithm(results, count, a, op);
-      DEMI_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.get(), best->mathType));
-      DEMI_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.weight.get(), p.output.get(), p.conv.get(),
-                                                                    p.input.get(), best->algo, &need));
-      p.algo = best->algo;
-      p.workspace_bytes = need > best->memory ? need : best->memory;
-      return;
-    }
-    case Pass::BackwardWeight: {
-      const size_t bytes = find_workspace_bytes(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, [&](int algo, size_t* size) {
-        return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.input.get(), p.output.get(), p.conv.get(),
-                                                              p.weight.get(),
-                                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), size);
-      });
-      void* ws = k.workspace(bytes);
-      cudnnConvolutionBwdFilterAlgoPerf_t results[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-      int count = 0;
-      DEMI_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-          h, p.input.get(), a.input.data, p.output.get(), a.output.data, p.conv.get(), p.weight.get(), a.weight.data,
-          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, results, ws, bytes));
-      const cudnnConvolutionBwdFilterAlgoPerf_t* best = fastest(results, count, fma_only);
-      if (best == nullptr) throw_no_algorithm(results, count, a, op);
-      DEMI_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.get(), best->mathType));
-      DEMI_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.input.get(), p.output.get(), p.conv.get(),
-                                                                      p.weight.get(), best->algo, &need));
-      p.algo = best->algo;
-      p.workspace_bytes = need > best->memory ? need : best->memory;
-      return;
-    }
+    case Pass::Forward: return choose_pass_algorithm<cudnnConvolutionFwdAlgoPerf_t>(k, p, a, fma_only, op);
+    case Pass::BackwardData: return choose_pass_algorithm<cudnnConvolutionBwdDataAlgoPerf_t>(k, p, a, fma_only, op);
+    case Pass::BackwardWeight:
+      return choose_pass_algorithm<cudnnConvolutionBwdFilterAlgoPerf_t>(k, p, a, fma_only, op);
   }
 }
 
