@@ -1,5 +1,6 @@
-// report.html from a hand-written metrics.jsonl: every chart has both axis titles and ticks at
-// round values, text is escaped and nothing is fetched.
+// report.html from a hand-written metrics.jsonl: every chart has both axis titles, the heat map's
+// cells are outlined and carry their value on hover, a zero and a small nonzero underflow share are
+// drawn in different colours, the colour scale is there, text is escaped and nothing is fetched.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -44,14 +45,65 @@ std::string report_of(const std::string& metrics) {
   return html.str();
 }
 
+// The opening tag of the heat-map cell whose hover text starts with `title`.
+std::string cell_tag(const std::string& html, const std::string& title) {
+  const size_t t = html.find("<title>" + title);
+  if (t == std::string::npos) return "(no cell titled " + title + ")";
+  const size_t open = html.rfind("<rect", t);
+  return html.substr(open, t - open);
+}
+
+std::string attribute(const std::string& tag, const std::string& name) {
+  const size_t at = tag.find(" " + name + "='");
+  if (at == std::string::npos) return "(no " + name + ")";
+  const size_t begin = at + name.size() + 3;
+  return tag.substr(begin, tag.find('\'', begin) - begin);
+}
+
 TEST(Report, EveryChartHasBothAxisTitles) {
   const std::string html = report_of(kMetrics);
   for (const char* title : {">step<", ">epoch<", ">train loss (cross-entropy)<", ">test accuracy (%)<",
-                            ">learning rate<", ">loss scale (log scale)<", ">skipped step(s)<"}) {
+                            ">learning rate<", ">loss scale (log scale)<", ">layer<", ">skipped step(s)<"}) {
     EXPECT_THAT(html, HasSubstr(title));
   }
   EXPECT_THAT(html, HasSubstr(">65536<")) << "the log axis labels powers of two in full";
   EXPECT_THAT(html, HasSubstr(">0.0004<")) << "learning-rate ticks at round values";
+}
+
+TEST(Report, HeatMapCellsAreOutlinedAndTellTheirValue) {
+  const std::string html = report_of(kMetrics);
+  const std::string none = cell_tag(html, "conv1.weight, epoch 1: 0% of gradient elements exactly zero");
+  const std::string small = cell_tag(html, "fc&lt;1&gt;&amp;&#39;x&#39;, epoch 1: 0.01% of gradient elements");
+  const std::string half = cell_tag(html, "conv1.weight, epoch 2: 50%");
+  const std::string unrecorded = cell_tag(html, "fc&lt;1&gt;&amp;&#39;x&#39;, epoch 2: not recorded");
+  for (const std::string& tag : {none, small, half, unrecorded}) {
+    EXPECT_THAT(tag, HasSubstr("<rect class='cell'"));
+    EXPECT_NE(attribute(tag, "stroke"), "none") << tag;
+    EXPECT_THAT(attribute(tag, "stroke"), Not(HasSubstr("(no"))) << tag;
+  }
+  EXPECT_NE(attribute(none, "fill"), attribute(small, "fill")) << "one in 10^4 must not look like none";
+  EXPECT_NE(attribute(small, "fill"), attribute(half, "fill"));
+  EXPECT_NE(attribute(none, "fill"), attribute(unrecorded, "fill"));
+  EXPECT_THAT(html, HasSubstr("(0.2% subnormal)"));
+}
+
+TEST(Report, HeatMapHasAColourScaleAndEpochLabels) {
+  const std::string html = report_of(kMetrics);
+  EXPECT_THAT(html, HasSubstr("<g class='legend'>"));
+  EXPECT_THAT(html, HasSubstr("<linearGradient id='underflow-scale'"));
+  EXPECT_THAT(html, HasSubstr("fill='url(#underflow-scale)'"));
+  for (const char* tick : {">100%<", ">1%<", ">0.01%<", "&#8804; 0.0001%<", ">0% (none)<", ">not recorded<"}) {
+    EXPECT_THAT(html, HasSubstr(tick));
+  }
+  EXPECT_THAT(html, HasSubstr("text-anchor='middle' font-size='11'>1</text>"));
+  EXPECT_THAT(html, HasSubstr("text-anchor='middle' font-size='11'>2</text>"));
+}
+
+TEST(Report, LayersInTheOrderTheModelNumbersThem) {
+  const std::string html = report_of(
+      R"({"type":"epoch","epoch":0,"grad_underflow":{"features.10.weight":{"zero":0},"features.3.weight":{"zero":0}}})"
+      "\n");
+  EXPECT_LT(html.find(">features.3.weight<"), html.find(">features.10.weight<"));
 }
 
 TEST(Report, IsSelfContainedAndEscaped) {
