@@ -18,7 +18,7 @@
 // forward: C[o][q] = sum over taps t and channels c of W[o][c][t] x[c][q + offset(t)], with x in
 // pairs of channels per 32-bit word (the tile's B layout, isa.h) and W in rows [tap][channel].
 // backward-data: the same with grad_y for x and the flipped, transposed weights, padding k - 1 - p.
-// backward-weight stays on im2col (conv2d.cpp): as an implicit GEMM (per tap, grad_y on the padded
+// backward-weight stays on im2col (conv2d_bf16.cpp): as an implicit GEMM (per tap, grad_y on the padded
 // grid, shifted, times the input transposed into pairs of positions) it ran 10% faster on 32x32
 // planes and 15-20% slower on 16x16 ones (AMX, 2026-12-02).
 #include "backends/cpu/conv2d_implicit.h"

@@ -1,4 +1,4 @@
-// What the CPU convolutions (conv2d.cpp, conv2d_implicit.cpp) share: their scratch slots and how
+// What the CPU convolutions (conv2d.cpp and the paths it chooses) share: their scratch slots and how
 // they spread a batch over threads, as single images or groups of images side by side.
 #pragma once
 
@@ -29,12 +29,13 @@ enum Slot {
 inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 
 // n floats rounded up to an odd number of 64-byte lines: the distance between two points of the
-// Winograd walks' V and M (conv2d.cpp, conv2d_winograd4.cpp). The input transform writes 16 points at
-// once and the output transform reads 16: with points a multiple of 4 KiB apart (32 channels x 256
-// columns is 32 KiB) all 16 streams fall in one of L1's 64 sets, 12 ways deep. An odd number of
-// lines apart they take 16 sets: SmallCNN's and AirNet's 32- and 64-channel passes ran 5-20%
-// faster. conv2d.cpp's F(2x2) walk pads each channel's row to an odd number of lines as well: that
-// gained nothing more on its own, but lets the GEMMs read B in place (packed_gemm.cpp's gemm_strips).
+// Winograd walks' V and M (conv2d_winograd.cpp, conv2d_winograd4.cpp). The input transform writes
+// 16 points at once and the output transform reads 16: with points a multiple of 4 KiB apart (32
+// channels x 256 columns is 32 KiB) all 16 streams fall in one of L1's 64 sets, 12 ways deep. An
+// odd number of lines apart they take 16 sets: SmallCNN's and AirNet's 32- and 64-channel passes
+// ran 5-20% faster. conv2d_winograd.cpp's F(2x2) walk pads each channel's row to an odd number of
+// lines as well: that gained nothing more on its own, but lets the GEMMs read B in place
+// (packed_gemm.cpp's gemm_strips).
 inline int64_t odd_lines(int64_t n) { return (ceil_div(n, 16) | 1) * 16; }
 
 // Calls body(i) for every image: spread across threads (each GEMM then runs single-threaded, as

@@ -15,7 +15,7 @@
 //         | 0  1  0 -1 |        | 0    0    1   |
 //
 // Layouts: U[xi][out][in] (the transformed weights), V[xi][in][tile] and M[xi][out][tile], xi =
-// 4 * row + column of the 4x4 tile; tiles run over whole images, row by row (conv2d.cpp pads the
+// 4 * row + column of the 4x4 tile; tiles run over whole images, row by row (conv2d_winograd.cpp pads the
 // rows to whole cache lines and the points to an odd number of lines). The input and output
 // transforms are vectorised per ISA level (below); the weight transforms here are plain C++.
 #pragma once
@@ -104,7 +104,7 @@ const float* packed_weights(int64_t points, int64_t outs, int64_t ins, const Tra
 //   tiles a row), so the transforms run `images` planes side by side, lane = image * tw + tx, and
 //   V, M and Z store a group's tiles row by row across its images: point xi of image g's tile
 //   (ty, tx) at [xi * ld + ty * lanes + g * tw + tx], lanes = images * tw <= the level's vector
-//   width. One image is the plain layout, ty * tw + tx. conv2d.cpp's WinogradWalk picks the group.
+//   width. One image is the plain layout, ty * tw + tx. conv2d_winograd.cpp's WinogradWalk picks the group.
 // - transform_input reads four views of the split columns (isa::SplitLanes), each `lanes` wide per
 //   row: e0[r][lane] = e[r][tx], e1[r][lane] = e[r][tx + 1], o0 and o1 alike from o. For one image
 //   they are e, e + 1, o, o + 1 themselves (stride n); for a group, split_lanes writes them straight

@@ -54,7 +54,7 @@ const Case kCases[] = {
     {"winograd_7x7_lane_groups_and_remainders", 11, 16, 7, 7, 18, 3, 3, 1, 1, 1, 1, true},
     {"winograd_4x4_eight_images_a_vector", 19, 16, 4, 4, 16, 3, 3, 1, 1, 1, 1, false},
     {"winograd_3x3_planes_lane_groups", 11, 16, 3, 3, 20, 3, 3, 1, 1, 1, 1, true},  // AirNet's last layers
-    // Backward-weight's products (conv2d.cpp, grad_weight_product): the ones above are small enough
+    // Backward-weight's products (conv2d_packed.cpp, grad_weight_product): the ones above are small enough
     // for the dot tile; these two are wide enough for the packed tile (Winograd's 64 x 128, and
     // im2col's 144 x 66 in groups of images).
     {"winograd_wide_product", 2, 64, 8, 8, 128, 3, 3, 1, 1, 1, 1, true},
@@ -81,7 +81,7 @@ const Case kCases[] = {
     {"implicit_gathered_k3x2_tiny_planes", 7, 81, 3, 5, 75, 3, 2, 1, 1, 1, 0, true},
     {"implicit_gathered_3x3_groups", 13, 64, 3, 3, 70, 3, 3, 1, 1, 1, 1, true},
     {"implicit_gathered_one_pixel", 5, 17, 1, 1, 17, 3, 3, 1, 1, 1, 1, false},
-    // bf16 backward-weight split by grad_w's rows (conv2d.cpp, backward_weight_bf16_split): a
+    // bf16 backward-weight split by grad_w's rows (conv2d_bf16.cpp, backward_weight_bf16_split): a
     // product past 1 MiB of fp32 (513 x 513), which a default run splits, in panels of 96 channels
     // and a last one of 33 (a partial tile) on AMX; under DEMI_BF16_WEIGHT_GRAD=split (ctest
     // backends.cpu.conv2d.bf16_weight_grad_split) every case goes there, and the 32x32 one runs in
