@@ -39,7 +39,7 @@ class CpuKernels final : public Kernels {
   // pool2d.cpp
   void pool2d_forward_impl(const Pool2dArgs& args, const PoolGeom& g) override;
   void pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g) override;
-  // batch_norm.cpp
+  // batch_norm.cpp, batch_norm_backward.cpp
   void batch_norm_forward_impl(const BatchNormArgs& args, const BnGeom& g) override;
   void batch_norm_backward_impl(const BatchNormArgs& args, const BnGeom& g) override;
   // softmax.cpp

@@ -204,7 +204,7 @@ enum class Bf16Route {
 };
 
 // Batch norm's passes over the planes of a half type (bf16 or fp16, as bits), read and written as
-// half values and widened and rounded in registers (batch_norm.cpp): widening a channel into an
+// half values and widened and rounded in registers (batch_norm*.cpp): widening a channel into an
 // fp32 buffer first and rounding from one after took a bf16 forward five passes over memory where
 // these take three. The same loops for every level (batch_norm_half.h), so every level gives the
 // same bits. Arithmetic is separately rounded (no contraction): the fused ReLU's backward re-derives

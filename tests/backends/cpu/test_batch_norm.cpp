@@ -1,4 +1,4 @@
-// Pins CpuKernels::batch_norm_forward / batch_norm_backward (backends/cpu/batch_norm.cpp) to naive
+// Pins CpuKernels::batch_norm_forward / batch_norm_backward (backends/cpu/batch_norm*.cpp) to naive
 // fp64 formulas: training and eval statistics, running-stat updates, optional affine, all dtypes;
 // and the fused ReLU to the separate ReLU kernels, bit for bit.
 #include <gtest/gtest.h>
@@ -32,7 +32,7 @@ const Case kCases[] = {
     {"nchw_large_mean", {8, 3, 6, 5}, true, 1000.0, 1.0},
     {"nchw_many_channels", {3, 40, 4, 4}, true, 0.0, 3.0},
     // A channel of 1125 values: half types sum their widened channel in blocks of 1024 that cut a
-    // plane (batch_norm.cpp, sum_blocks), with a mean well away from 0.
+    // plane (batch_norm_channel.h, sum_blocks), with a mean well away from 0.
     {"nchw_channel_past_one_block", {5, 3, 15, 15}, true, 50.0, 2.0},
     // 7x7 planes: fp32 gathers the channel too (planes under 100 values), 1960 values, two blocks.
     {"nchw_small_planes_past_one_block", {40, 2, 7, 7}, true, 50.0, 2.0},
