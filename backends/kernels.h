@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "framework/core/device.h"
@@ -338,5 +339,9 @@ const char* cpu_isa();
 // It differs between CPUs of one level (avx512_bf16: everything on AMD, widen on Intel), and
 // DEMI_CPU_BF16_ROUTE overrides it.
 const char* cpu_bf16_route();
+// The CPU backend's tuning variables that are set (DEMI_CPU_ISA, DEMI_CPU_BF16_ROUTE, DEMI_WINOGRAD,
+// ...: backends/cpu/tuning.h), as one line to print beside the ISA level: "tuning: defaults" or
+// e.g. "tuning: DEMI_WINOGRAD=0". A bad value throws demi::Error naming the variable.
+std::string cpu_tuning();
 
 }  // namespace demi::backend

@@ -386,6 +386,7 @@ BENCHMARK_CAPTURE(BM_GeluAirNet, bf16_backward, DType::BF16, Pass::BackwardData)
 int main(int argc, char** argv) {
   benchmark::AddCustomContext("cpu_isa", demi::backend::cpu_isa());  // the level the rows ran at
   benchmark::AddCustomContext("cpu_bf16_route", demi::backend::cpu_bf16_route());
+  benchmark::AddCustomContext("cpu_tuning", demi::backend::cpu_tuning());  // the DEMI_* variables set
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -211,7 +211,7 @@ int run(const Config& c) {
   set_num_threads(c.threads);
   std::cout << "bench_train_step: " << c.warmup << " warm-up steps, median of " << c.steps << " timed steps; "
             << get_num_threads() << " CPU threads, CPU kernels " << backend::cpu_isa() << " (bf16 route "
-            << backend::cpu_bf16_route() << ")\n";
+            << backend::cpu_bf16_route() << "; " << backend::cpu_tuning() << ")\n";
   json out = {{"framework", "demi"}, {"threads", c.threads}, {"cpu_isa", backend::cpu_isa()},
               {"cpu_bf16_route", backend::cpu_bf16_route()}, {"steps", c.steps},
               {"warmup", c.warmup},

@@ -63,7 +63,8 @@ void Console::banner(const TrainerConfig& c, const Environment& env, int64_t ste
   line << name_of(c.model) << " " << name_of(c.precision) << (c.half_params ? " (half params)" : "") << " on "
        << env.device;
   if (env.device.is_cpu()) {
-    line << " (" << backend::cpu_isa() << " kernels, bf16 route " << backend::cpu_bf16_route() << ")";
+    line << " (" << backend::cpu_isa() << " kernels, bf16 route " << backend::cpu_bf16_route() << "; "
+         << backend::cpu_tuning() << ")";
   }
   if (env.group) {
     line << " x " << env.world << " processes (" << env.group->backend() << ", " << c.batch_size / env.world

@@ -6,13 +6,12 @@
 // Zen 4's vdpbf16ps).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 
 #include "backends/cpu/conv2d_paths.h"
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/packed_gemm.h"
+#include "backends/cpu/tuning.h"
 
 namespace demi::backend::cpu::conv2d_paths {
 
@@ -173,14 +172,12 @@ void backward_weight_bf16(const Conv2dArgs& a, const ConvGeom& g, float* partial
 // smaller ones of SmallCNN and AirNet, up to 576 x 256 (590 KiB), as fast to 1.8x slower.
 // DEMI_BF16_WEIGHT_GRAD=split|images forces one, for tests and A/B benchmarks.
 bool split_weight_grad(const ConvGeom& g) {
-  static const int forced = [] {  // 1 split, 0 images, -1 by size
-    const char* env = std::getenv("DEMI_BF16_WEIGHT_GRAD");
-    if (!env || !*env) return -1;
-    if (std::strcmp(env, "split") == 0) return 1;
-    DEMI_CHECK(std::strcmp(env, "images") == 0, "DEMI_BF16_WEIGHT_GRAD=", env, ": expected split or images");
-    return 0;
-  }();
-  return forced >= 0 ? forced == 1 : g.ckk() * g.o * int64_t(sizeof(float)) > (1 << 20);
+  switch (tuning().bf16_weight_grad) {
+    case Tuning::WeightGrad::Split: return true;
+    case Tuning::WeightGrad::Images: return false;
+    case Tuning::WeightGrad::BySize: break;
+  }
+  return g.ckk() * g.o * int64_t(sizeof(float)) > (1 << 20);
 }
 
 namespace {

@@ -24,14 +24,13 @@
 #include "backends/cpu/conv2d_implicit.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv2d_walk.h"
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/packed_gemm.h"
+#include "backends/cpu/tuning.h"
 
 namespace demi::backend::cpu::conv2d_implicit {
 namespace {
@@ -193,11 +192,8 @@ uint16_t* mutable_bits(const TensorRef& t) { return reinterpret_cast<uint16_t*>(
 }  // namespace
 
 bool takes(const ConvGeom& g) {
-  static const bool enabled = [] {  // DEMI_IMPLICIT_CONV=0 turns this path off, for A/B benchmarks
-    const char* env = std::getenv("DEMI_IMPLICIT_CONV");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
-  if (!enabled || g.sh != 1 || g.sw != 1 || g.ph >= g.kh || g.pw >= g.kw) return false;
+  // DEMI_IMPLICIT_CONV=0 turns this path off, for A/B benchmarks.
+  if (!tuning().implicit_conv || g.sh != 1 || g.sw != 1 || g.ph >= g.kh || g.pw >= g.kw) return false;
   // Channels go through the tile in blocks of 32 (AMX's k): a block of 3 would be mostly zeros.
   return g.c >= 16 && g.o >= 16;
 }

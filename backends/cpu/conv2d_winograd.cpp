@@ -4,14 +4,13 @@
 // conv2d_winograd4.h).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "backends/cpu/conv2d_paths.h"
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/packed_gemm.h"
+#include "backends/cpu/tuning.h"
 #include "backends/cpu/winograd.h"
 
 namespace demi::backend::cpu::conv2d_paths {
@@ -23,11 +22,7 @@ namespace demi::backend::cpu::conv2d_paths {
 // faster than im2col in all three passes (AMX Xeon, avx512 and avx2 levels); 1x1 or 1xN planes
 // (2x or more the multiplies) do not. DEMI_WINOGRAD=0 turns it off, for benchmarks.
 bool use_winograd(const ConvGeom& g) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("DEMI_WINOGRAD");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
-  if (!enabled || g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.ph != 1 || g.pw != 1) return false;
+  if (!tuning().winograd || g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.ph != 1 || g.pw != 1) return false;
   if (g.c < 16 || g.o < 16) return false;
   const int64_t tiles = ceil_div(g.oh, 2) * ceil_div(g.ow, 2);
   return 16 * tiles <= 8 * g.plane();  // <= 0.89x the direct convolution's multiplies
@@ -71,16 +66,7 @@ struct WinogradWalk {
 constexpr int64_t kWinogradCols = 128;
 constexpr int64_t kDotColsBytes = int64_t{3} << 19;  // 1.5 MiB
 int64_t winograd_dot_cols(int64_t lanes, int64_t ins, int64_t outs) {
-  static const int64_t forced = [] {
-    const char* env = std::getenv("DEMI_WINOGRAD_DOT_COLS");
-    if (!env || !*env) return int64_t{0};
-    char* end = nullptr;
-    const long cols = std::strtol(env, &end, 10);
-    DEMI_CHECK(*end == '\0' && cols >= 1 && cols <= 65536, "DEMI_WINOGRAD_DOT_COLS=", env,
-               ": expected a number of columns from 1 to 65536 (backward-weight's Winograd tiles a group, at least)");
-    return int64_t{cols};
-  }();
-  if (forced) return forced;
+  if (const int64_t forced = tuning().winograd_dot_cols) return forced;
   if (lanes < 16) return 512;
   const int64_t bytes = winograd::kPoints * (ins + outs) * 256 * static_cast<int64_t>(sizeof(float));
   return bytes > kDotColsBytes ? 128 : 256;

@@ -5,14 +5,13 @@
 #include "backends/cpu/conv2d_winograd4.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv2d_walk.h"
 #include "backends/cpu/isa/isa.h"
 #include "backends/cpu/packed_gemm.h"
+#include "backends/cpu/tuning.h"
 #include "backends/cpu/winograd.h"
 
 namespace demi::backend::cpu::conv2d_winograd4 {
@@ -115,10 +114,6 @@ void transform_weights(const float* w, int64_t outs, int64_t ins, bool adjoint, 
 }  // namespace
 
 bool takes(DType dtype, int64_t channels, int64_t outs) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("DEMI_WINOGRAD_F4");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
   // The GEMMs' saving grows with channels x outs, the transforms' cost with channels + outs.
   // bench_kernels minima, F(4x4) against F(2x2), on an AMX Xeon under DEMI_CPU_ISA=avx2 and avx512
   // (docs/BENCHMARKS.md, 2026-12-04, once bt_rows was vector code):
@@ -130,7 +125,7 @@ bool takes(DType dtype, int64_t channels, int64_t outs) {
   //   64 -> 64 even (0.99-1.03x), 64 -> 128 0.90x, 32 -> 64 0.92x, 24 -> 64 0.95x. Neither bt_rows and
   //   at_rows compiled 16 lanes wide nor 96 or 144 columns a group changed that (docs/BENCHMARKS.md).
   const int64_t min_products = isa::active().winograd.lanes >= 16 ? 16384 : 1024;
-  return enabled && dtype == DType::BF16 && channels <= kMaxChannels && channels * outs >= min_products;
+  return tuning().winograd_f4 && dtype == DType::BF16 && channels <= kMaxChannels && channels * outs >= min_products;
 }
 
 template <typename T>

@@ -1,13 +1,13 @@
 // Picks the CPU backend's ISA level once: cpuid + xgetbv for what the CPU and OS support, Linux's
-// permission request for AMX tile data, then DEMI_CPU_ISA to force a lower level. Compiled with the
-// library's baseline flags, whose CPU baseline.cpp checks first.
+// permission request for AMX tile data, then DEMI_CPU_ISA (read by tuning.h) to force a lower level.
+// Compiled with the library's baseline flags, whose CPU baseline.cpp checks first.
 #include <array>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "backends/cpu/isa/select.h"
+#include "backends/cpu/tuning.h"
 #include "backends/kernels.h"
 #include "framework/core/error.h"
 
@@ -187,12 +187,13 @@ void check_baseline(const Registry& r) {
 const Table& choose() {
   const Registry& r = registry();
   check_baseline(r);
-  const Table& level = r.tables[static_cast<int>(resolve_level(std::getenv("DEMI_CPU_ISA"), r.missing))];
-  const char* route = std::getenv("DEMI_CPU_BF16_ROUTE");
-  if (route == nullptr || *route == '\0') return level;
+  const Tuning& t = tuning();
+  const Table& level = r.tables[static_cast<int>(resolve_level(t.cpu_isa.c_str(), r.missing))];
+  if (t.bf16_route.empty()) return level;
   static Table overridden;  // choose() runs once (active()'s static)
   overridden = level;
-  overridden.bf16_route = resolve_bf16_route(route, level.level, level.bf16.tile != nullptr, level.bf16_route);
+  overridden.bf16_route =
+      resolve_bf16_route(t.bf16_route.c_str(), level.level, level.bf16.tile != nullptr, level.bf16_route);
   return overridden;
 }
 
@@ -267,7 +268,7 @@ Level set_active_for_testing(Level level) {
   // and convolution) as well as its own. Levels without a tile keep widening.
   static const auto tables = [&r] {
     std::array<Table, kNumLevels> t;
-    const char* route = std::getenv("DEMI_CPU_BF16_ROUTE");
+    const char* route = tuning().bf16_route.c_str();
     for (int j = 0; j < kNumLevels; ++j) {
       t[j] = r.tables[j];
       if (r.usable(static_cast<Level>(j)) && t[j].bf16.tile != nullptr) {

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
@@ -15,6 +14,7 @@
 
 #include "backends/cpu/isa/select.h"
 #include "backends/cpu/isa_test.h"
+#include "backends/cpu/tuning.h"
 #include "backends/kernels.h"
 
 namespace demi::backend::cpu::isa {
@@ -43,8 +43,8 @@ CpuFeatures avx2_only() {
 
 TEST(IsaSelect, ReportsTheActiveLevel) {
   EXPECT_STREQ(cpu_isa(), active().name);
-  if (const char* env = std::getenv("DEMI_CPU_ISA"); env && *env) {
-    EXPECT_STREQ(cpu_isa(), env) << "DEMI_CPU_ISA must set the level";
+  if (const std::string& asked = tuning().cpu_isa; !asked.empty()) {
+    EXPECT_EQ(cpu_isa(), asked) << "DEMI_CPU_ISA must set the level";
     return;
   }
   Level best = Level::Scalar;
@@ -57,8 +57,7 @@ TEST(IsaSelect, ReportsTheActiveLevel) {
 TEST(IsaSelect, ReportsTheActiveBf16Route) {
   const char* names[] = {"widen", "non_winograd", "everything"};  // Bf16Route's order
   EXPECT_STREQ(cpu_bf16_route(), names[static_cast<int>(active().bf16_route)]);
-  const char* env = std::getenv("DEMI_CPU_BF16_ROUTE");
-  const std::string asked = env ? env : "";
+  const std::string& asked = tuning().bf16_route;  // DEMI_CPU_BF16_ROUTE
   if (!asked.empty()) {
     EXPECT_EQ(cpu_bf16_route(), asked) << "DEMI_CPU_BF16_ROUTE must set the route";
   }
