@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/kernels.h"
+#include "framework/core/conv2d_shape.h"
 #include "framework/core/error.h"
 
 namespace demi::backend {
@@ -221,8 +222,9 @@ inline ConvGeom check_conv2d(const Conv2dArgs& a, const char* op) {
              x.shape, " has ", g.c, " (groups are not supported)");
   DEMI_CHECK(g.kh >= 1 && g.kw >= 1 && g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": kernel ", g.kh,
              "x", g.kw, " does not fit the padded input ", x.shape, " with padding (", g.ph, ", ", g.pw, ")");
-  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  const Conv2dOutputShape out = conv2d_output_shape(g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw);
+  g.oh = out.h;
+  g.ow = out.w;
   const Shape expected{g.n, g.o, g.oh, g.ow};
   DEMI_CHECK(y.shape == expected, op, ": output must be ", expected, " for input ", x.shape, ", weight ", wt.shape,
              ", stride (", g.sh, ", ", g.sw, ") and padding (", g.ph, ", ", g.pw, "), got ", y.shape);

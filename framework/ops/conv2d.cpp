@@ -1,5 +1,6 @@
 // conv2d: NCHW convolution (groups 1) on the backend's conv kernels. Saves x and weight;
 // backward_data gives grad_x, backward_weight gives grad_weight and grad_bias in one pass.
+#include "framework/core/conv2d_shape.h"
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/factories.h"
@@ -31,9 +32,9 @@ struct Conv2d {
                x.dtype(), "; convert it with .to(dtype) or run under autocast");
     ctx.save(ctx.needs_grad(1) || ctx.needs_grad(2) ? x : Tensor());
     ctx.save(ctx.needs_grad(0) ? weight : Tensor());
-    const int64_t oh = (x.size(2) + 2 * attrs.padding - weight.size(2)) / attrs.stride + 1;
-    const int64_t ow = (x.size(3) + 2 * attrs.padding - weight.size(3)) / attrs.stride + 1;
-    Tensor y = empty({x.size(0), weight.size(0), oh, ow}, x.dtype(), x.device());
+    const Conv2dOutputShape out = conv2d_output_shape(x.size(2), x.size(3), weight.size(2), weight.size(3), attrs.stride,
+                                                      attrs.stride, attrs.padding, attrs.padding);
+    Tensor y = empty({x.size(0), weight.size(0), out.h, out.w}, x.dtype(), x.device());
     backend::Conv2dArgs a = args(attrs);
     a.input = x.ref();
     a.weight = weight.ref();
