@@ -331,7 +331,7 @@ void set_cpu_threads(int n);
 int cpu_threads();
 
 // The CPU backend's ISA level, chosen once from cpuid: "scalar", "avx2", "avx512", "avx512_bf16" or
-// "amx" (README.md, "CPU kernels"). The environment variable DEMI_CPU_ISA forces a lower level; one
+// "amx" (docs/cpu.md). The environment variable DEMI_CPU_ISA forces a lower level; one
 // the CPU lacks throws demi::Error naming the missing feature.
 const char* cpu_isa();
 // Which bf16 GEMMs and convolutions take that level's bf16 tile: "widen" (none: bf16 is widened into

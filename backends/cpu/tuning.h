@@ -1,6 +1,6 @@
 // The CPU backend's tuning variables, read from the environment in one place and checked there
 // once: each forces an ISA level, a bf16 route, a kernel path or a measured constant, for A/B
-// benchmarks, tests and CPUs unlike the ones the rules were measured on (README.md, "CPU kernels").
+// benchmarks, tests and CPUs unlike the ones the rules were measured on (docs/cpu.md).
 // A bad value throws demi::Error naming the variable and the values it takes.
 #pragma once
 
