@@ -92,10 +92,4 @@ void uniform_(const Tensor& t, double low, double high, Generator& gen) {
   kernels(t).random(args);
 }
 
-Generator& default_generator() {
-  static Generator gen(0);
-  return gen;
-}
-void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
-
 }  // namespace demi
