@@ -9,34 +9,12 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/philox_block.h"
 #include "backends/kernel_checks.h"
 #include "backends/philox.h"
 
 namespace demi::backend::cpu {
 namespace {
-
-// Philox4x32-10 for kLanes consecutive counters at once: round by round over the lanes, so the
-// compiler vectorises the 32x32->64 multiplies (one counter at a time leaves them scalar).
-constexpr int kLanes = 64;
-struct PhiloxBlock {
-  uint32_t x0[kLanes], x1[kLanes], x2[kLanes], x3[kLanes];
-};
-
-inline void philox4x32_10(uint64_t first_counter, uint64_t seed, PhiloxBlock& r) {
-  for (int j = 0; j < kLanes; ++j) {
-    const uint64_t c = first_counter + static_cast<uint64_t>(j);
-    r.x0[j] = static_cast<uint32_t>(c);
-    r.x1[j] = static_cast<uint32_t>(c >> 32);
-    r.x2[j] = 0;
-    r.x3[j] = 0;
-  }
-  uint32_t k0 = philox::key_lo(seed), k1 = philox::key_hi(seed);
-  for (int round = 0; round < philox::kRounds; ++round) {
-    for (int j = 0; j < kLanes; ++j) philox::philox_round(r.x0[j], r.x1[j], r.x2[j], r.x3[j], k0, k1);
-    k0 += philox::kW0;
-    k1 += philox::kW1;
-  }
-}
 
 // The next T below v, for the rare uniform draw that rounds up to b (or, for a huge b, to inf).
 template <typename T>
@@ -59,9 +37,9 @@ void random_typed(const RandomArgs& args) {
   const bool empty = !(a < b);  // uniform with a == b: every draw is a
   parallel_for(n, uniform ? 20 : 40, [&](int64_t begin, int64_t end) {
     PhiloxBlock r;
-    for (int64_t s = begin; s < end; s += kLanes) {
+    for (int64_t s = begin; s < end; s += kPhiloxLanes) {
       philox4x32_10(offset + static_cast<uint64_t>(s), seed, r);
-      const int len = static_cast<int>(std::min<int64_t>(kLanes, end - s));
+      const int len = static_cast<int>(std::min<int64_t>(kPhiloxLanes, end - s));
       T* o = out + s;
       if (uniform) {
         for (int j = 0; j < len; ++j) {
