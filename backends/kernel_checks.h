@@ -530,4 +530,53 @@ inline void check_update_scale(const ScaleUpdateArgs& args) {
              "update_scale: scale and found_inf must be float32 and growth_tracker int64");
 }
 
+// --- dropout, embedding --------------------------------------------------------------------------
+
+// What dropout's kernels take from p: element i is kept when the 24 bits behind its uniform u24
+// (Philox word x0 >> 8) are below keep_below, which is exactly u24 < 1 - p (1 - p in double; the
+// scaling by 2^24 is exact); a kept element is multiplied by 1 / keep, computed in the kernel's
+// arithmetic type (as PyTorch's 1 / (1 - p)).
+struct DropoutMask {
+  uint32_t keep_below = 0;  // in [0, 2^24]: 0 drops everything, 2^24 keeps everything
+  double keep = 1.0;        // 1 - p
+};
+
+inline DropoutMask check_dropout(const DropoutArgs& args) {
+  DEMI_CHECK(args.p >= 0.0 && args.p <= 1.0, "dropout: p must be in [0, 1], got p = ", args.p);
+  DEMI_CHECK(is_floating(args.input.dtype), "dropout: input must be floating, got ", args.input.dtype);
+  DEMI_CHECK(args.output.dtype == args.input.dtype && args.output.numel() == args.input.numel(), "dropout: input ",
+             args.input.shape, " ", args.input.dtype, " and output ", args.output.shape, " ", args.output.dtype,
+             " must share dtype and number of elements");
+  DropoutMask mask;
+  mask.keep = 1.0 - args.p;
+  mask.keep_below = static_cast<uint32_t>(std::ceil(mask.keep * 0x1p24));
+  return mask;
+}
+
+// weight [V, D] floating, indices I64, and `rows` (output or grad_output) of M * D elements in
+// weight's dtype; the backward's padding_idx in [-1, V).
+inline void check_embedding(const char* op, const TensorRef& weight, const TensorRef& indices, const TensorRef& rows,
+                            int64_t padding_idx) {
+  DEMI_CHECK(weight.shape.size() == 2 && is_floating(weight.dtype), op, ": weight must be a floating [num_embeddings, "
+             "embedding_dim] matrix, got ", weight.shape, " ", weight.dtype);
+  DEMI_CHECK(indices.dtype == DType::I64, op, ": indices must be int64, got ", indices.dtype);
+  DEMI_CHECK(rows.dtype == weight.dtype && rows.numel() == indices.numel() * weight.shape[1], op, ": rows ", rows.shape,
+             " ", rows.dtype, " must hold one ", weight.dtype, " row of ", weight.shape[1], " per index (",
+             indices.numel(), " indices)");
+  DEMI_CHECK(padding_idx >= -1 && padding_idx < weight.shape[0], op, ": padding_idx ", padding_idx,
+             " must be -1 (none) or in [0, ", weight.shape[0], ")");
+}
+
+// The error for an index outside [0, V): its value, its position in indices and the range.
+[[noreturn]] inline void throw_embedding_index(const char* op, const Shape& indices_shape, int64_t flat, int64_t index,
+                                               int64_t V) {
+  Shape position(indices_shape.size());
+  for (size_t d = indices_shape.size(); d-- > 0;) {
+    position[d] = flat % indices_shape[d];
+    flat /= indices_shape[d];
+  }
+  DEMI_THROW(op, ": index ", index, " at position ", position, " of indices ", indices_shape,
+             " is out of range for ", V, " embeddings; indices must be in [0, ", V, ")");
+}
+
 }  // namespace demi::backend

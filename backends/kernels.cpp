@@ -110,4 +110,14 @@ void Kernels::update_scale(const ScaleUpdateArgs& args) {
   update_scale_impl(args);
 }
 
+void Kernels::dropout(const DropoutArgs& args) { dropout_impl(args, check_dropout(args)); }
+void Kernels::embedding_forward(const EmbeddingArgs& args) {
+  check_embedding("embedding", args.weight, args.indices, args.output, -1);
+  embedding_forward_impl(args);
+}
+void Kernels::embedding_backward(const EmbeddingArgs& args) {
+  check_embedding("embedding_backward", args.grad_weight, args.indices, args.grad_output, args.padding_idx);
+  embedding_backward_impl(args);
+}
+
 }  // namespace demi::backend

@@ -68,6 +68,7 @@ struct ReduceDims;
 struct ConvGeom;
 struct PoolGeom;
 struct BnGeom;
+struct DropoutMask;
 
 // C = alpha * op(A) @ op(B) + beta * C (+ bias), row-major, for `batch` independent products.
 // op(A) is [m, k] (A stored [k, m] when trans_a), op(B) is [k, n] (B stored [n, k] when trans_b),
@@ -214,6 +215,35 @@ struct ScaleUpdateArgs {
   int64_t growth_interval = 2000;
 };
 
+// Dropout (torch's training-mode semantics): y = x * m with m = 1 / (1 - p) for a kept element and
+// 0 for a dropped one, so NaN and inf stay NaN where dropped, as PyTorch's x * mask * scale. Element
+// i is kept when u_i < 1 - p, u_i the uniform that `random` draws for element i of a float32
+// output under (seed, offset): u24 of Philox counter offset + i (backends/philox.h), whatever x's
+// dtype, so the mask depends on (seed, offset, p) alone and is the same on every device, thread
+// count and dtype. m is fp32 for half and fp32 inputs (fp64 for fp64), the product rounded once.
+// p in [0, 1]: p = 0 keeps everything, p = 1 drops everything. The backward is this same call on
+// grad_y with the forward's (seed, offset, p): the mask is drawn again, never stored. input and
+// output share dtype and size; output may be input.
+struct DropoutArgs {
+  TensorRef input, output;
+  double p = 0.5;
+  uint64_t seed = 0, offset = 0;
+};
+
+// Embedding lookup: weight [V, D] (floating), indices (I64, any shape, M elements).
+// forward:  reads weight, indices -> writes output [M, D] (any shape of M * D elements): the rows
+//   weight[indices[m]], copied.
+// backward: reads indices, grad_output (M * D elements, weight's dtype) -> writes grad_weight
+//   [V, D]: row v = the sum of the grad_output rows m with indices[m] == v, added in ascending m
+//   (deterministic), in fp32 for half types (fp64 for fp64) and rounded once; 0 for rows no index
+//   names and for row padding_idx (-1: none), whose weight never learns, as PyTorch's padding_idx.
+// An index outside [0, V) throws demi::Error naming it, its position and the range.
+struct EmbeddingArgs {
+  TensorRef weight, indices, output;
+  TensorRef grad_output, grad_weight;
+  int64_t padding_idx = -1;
+};
+
 // The kernel families, for Kernels::supports().
 enum class KernelFamily {
   Elementwise,  // fill, cast, unary, binary, argmax, permute
@@ -282,6 +312,9 @@ class Kernels {
   void adamw_step(const AdamWArgs& args);
   void unscale_check_finite(const UnscaleArgs& args);
   void update_scale(const ScaleUpdateArgs& args);
+  void dropout(const DropoutArgs& args);
+  void embedding_forward(const EmbeddingArgs& args);
+  void embedding_backward(const EmbeddingArgs& args);
 
  protected:
   // What a device implements, called with checked arguments (and the geometry the check derived).
@@ -310,6 +343,9 @@ class Kernels {
   virtual void adamw_step_impl(const AdamWArgs& args) = 0;
   virtual void unscale_check_finite_impl(const UnscaleArgs& args) = 0;
   virtual void update_scale_impl(const ScaleUpdateArgs& args) = 0;
+  virtual void dropout_impl(const DropoutArgs& args, const DropoutMask& mask) = 0;
+  virtual void embedding_forward_impl(const EmbeddingArgs& args) = 0;
+  virtual void embedding_backward_impl(const EmbeddingArgs& args) = 0;
 };
 
 // The kernels of a device. Throws demi::Error when the device is absent or its backend was not

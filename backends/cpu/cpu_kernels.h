@@ -58,6 +58,11 @@ class CpuKernels final : public Kernels {
   // amp.cpp
   void unscale_check_finite_impl(const UnscaleArgs& args) override;
   void update_scale_impl(const ScaleUpdateArgs& args) override;
+  // dropout.cpp
+  void dropout_impl(const DropoutArgs& args, const DropoutMask& mask) override;
+  // embedding.cpp
+  void embedding_forward_impl(const EmbeddingArgs& args) override;
+  void embedding_backward_impl(const EmbeddingArgs& args) override;
 };
 
 }  // namespace demi::backend::cpu

@@ -78,6 +78,11 @@ class CudaKernels final : public Kernels {
   // amp.cu: GradScaler's device-side kernels
   void unscale_check_finite_impl(const UnscaleArgs& args) override;
   void update_scale_impl(const ScaleUpdateArgs& args) override;
+  // dropout.cu
+  void dropout_impl(const DropoutArgs& args, const DropoutMask& mask) override;
+  // embedding.cu
+  void embedding_forward_impl(const EmbeddingArgs& args) override;
+  void embedding_backward_impl(const EmbeddingArgs& args) override;
 
  public:
   // memory.cu: a device buffer of at least `bytes` for a library call's scratch (cuBLASLt, cuDNN),
