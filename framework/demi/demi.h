@@ -27,6 +27,8 @@
 #include "framework/nn/module.h"
 #include "framework/nn/pooling.h"
 #include "framework/nn/sequential.h"
+#include "framework/nn/dropout.h"
+#include "framework/nn/embedding.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/adamw.h"
 #include "framework/optim/lookahead.h"

@@ -22,5 +22,6 @@ using demi::log_softmax;
 using demi::max_pool2d;
 using demi::relu;
 using demi::softmax;
+using demi::dropout;
 
 }  // namespace demi::nn::functional

@@ -6,4 +6,5 @@
   X(Add) X(Sub) X(Mul) X(Div) X(Neg) X(Affine) X(Exp) X(Log) X(Sqrt) X(Pow) X(Relu) X(Gelu)     \
   X(Sum) X(Mean) X(Reshape) X(Cast) X(ToDevice) X(Matmul) X(Linear) X(Conv2d) X(MaxPool2d)      \
   X(AvgPool2d) X(BatchNorm) X(BatchNormRelu) X(BatchNormGelu) X(Softmax) X(LogSoftmax) X(CrossEntropy) X(Transpose)  \
-  X(Clamp) X(Select) X(Cat)
+  X(Clamp) X(Select) X(Cat)                                                                    \
+  X(Dropout) X(Embedding)

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "framework/tensor/generator.h"
 #include "framework/tensor/tensor.h"
 
 namespace demi {
@@ -125,5 +126,19 @@ struct CrossEntropyOptions {
 };
 // Mean cross-entropy of logits [N, K] against I64 class indices [N].
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
+
+// torch.nn.functional.dropout: in training, each element is zeroed with probability p and the
+// others scaled by 1 / (1 - p); x itself when p = 0, when not training or when x is empty. p outside
+// [0, 1] is an error. The mask draws x.numel() numbers from `gen`, or from the default generator of
+// x's device: demi's Philox stream, so a generator state gives the same mask on every device, but
+// not PyTorch's mask.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+
+// Rows of weight [num_embeddings, embedding_dim] picked by int64 indices of any shape: the result
+// is indices.shape + [embedding_dim] (at::embedding's argument order, weight first). Row
+// padding_idx (negative counts from the end) gets no gradient. An index outside
+// [0, num_embeddings) is an error naming it and its position.
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx = std::nullopt);
 
 }  // namespace demi

@@ -71,6 +71,8 @@ std::map<std::string, FunctionCase> function_cases() {
       {"transpose", {"transpose", [=](DType t) { return transpose(x.to(t), 1, 3); }}},
       {"select", {"select", [=](DType t) { return select(x.to(t), 0, 1); }}},
       {"cat", {"cat", [=](DType t) { return cat({v.to(t), w.to(t)}, 0); }}},
+      {"dropout", {"dropout", [=](DType t) { Generator g(1); return dropout(v.to(t), 0.5, true, g); }}},
+      {"embedding", {"embedding", [=](DType t) { return embedding(w.to(t), labels); }}},
       // Not differentiable, no row: masks are uint8 and indices int64 whatever autocast does.
       {"eq", {"", [=](DType t) { return eq(v.to(t), w.slice(0, 4).to(t)); }, DType::U8}},
       {"ne", {"", [=](DType t) { return ne(v.to(t), 0.5); }, DType::U8}},

@@ -142,6 +142,10 @@ std::vector<GradCase> cases() {
       {"cat_dim1_three", "cat", {{2, 1, 3}, {2, 4, 3}, {2, 2, 3}},
        [](auto& in) { return cat({in[0], in[1], in[2]}, 1); }},
       {"cat_same_input_twice", "cat", {{3, 2}}, [](auto& in) { return cat({in[0], in[0]}, -1); }},
+      // A fresh generator each call: the same mask for every evaluation of the loss.
+      {"dropout", "dropout", {{6, 7}}, [](auto& in) { Generator g(7); return dropout(in[0], 0.4, true, g); }},
+      {"embedding_duplicates", "embedding", {{5, 3}},
+       [ids = tensor(std::vector<int64_t>{4, 0, 4, 2, 4, 0}, {2, 3})](auto& in) { return embedding(in[0], ids); }},
   };
 }
 

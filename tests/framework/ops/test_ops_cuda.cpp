@@ -94,6 +94,11 @@ std::vector<OpCase> cases() {
       {"clamp", {{6, 33}}, [](auto& in) { return clamp(in[0], -0.5, 0.7); }},
       {"select", {{5, 4, 3}}, [](auto& in) { return select(in[0], 0, 2) * in[0][-1]; }},
       {"cat", {{2, 5, 3}, {3, 5, 3}}, [](auto& in) { return cat({in[0], in[1]}, 0); }},
+      // One generator state on both devices: the same mask.
+      {"dropout", {{64, 33}}, [](auto& in) { Generator g(5); return dropout(in[0], 0.3, true, g); }},
+      {"embedding", {{10, 7}}, [](auto& in) {
+         return embedding(in[0], tensor(std::vector<int64_t>{3, 9, 3, 0, 3, 5}, {2, 3}).to(in[0].device()));
+       }},
   };
 }
 
