@@ -54,6 +54,8 @@ std::map<std::string, std::function<Tensor()>> op_calls() {
       {"clamp", [=] { return clamp(v, 0.0, 1.0); }},
       {"select", [=] { return v[1]; }},
       {"cat", [=] { return cat({v, w}); }},
+      {"dropout", [=] { return dropout(v, 0.5); }},
+      {"embedding", [=] { return embedding(w, labels); }},
   };
 }
 
@@ -83,6 +85,7 @@ TEST(Autocast, CategoriesFollowPyTorchsLists) {
   for (const char* op : {"add", "sub", "mul", "div"}) EXPECT_EQ(amp::autocast_category(op), Category::Promote) << op;
   for (const char* op : {"batch_norm", "batch_norm_relu", "batch_norm_gelu", "relu", "gelu", "max_pool2d", "avg_pool2d"})
     EXPECT_EQ(amp::autocast_category(op), Category::Unchanged) << op;
+  for (const char* op : {"dropout", "embedding"}) EXPECT_EQ(amp::autocast_category(op), Category::Unchanged) << op;
   EXPECT_THROW(amp::autocast_category("conv3d"), Error);
   EXPECT_THAT(amp::policy_table(), testing::HasSubstr("conv2d          lower_precision  bfloat16        float16"));
 }

@@ -73,6 +73,12 @@ std::vector<EmptyCase> cases() {
       {"batch_norm_gelu (no images)", {{0, 3, 4, 4}, {3}, {3}}, bn(2), {0, 3, 4, 4}},
       {"softmax", {{0, 10}}, [](auto& in) { return softmax(in[0]); }, {0, 10}},
       {"log_softmax", {{0, 10}}, [](auto& in) { return log_softmax(in[0]); }, {0, 10}},
+      {"dropout", {{0, 5}}, [](auto& in) { return dropout(in[0], 0.5); }, {0, 5}},
+      // No indices: the weight's gradient is zero.
+      {"embedding (no indices)", {{5, 3}},
+       [](auto& in) { return embedding(in[0], tensor(std::vector<int64_t>{}, {0, 2})); }, {0, 2, 3}},
+      {"embedding (no columns)", {{5, 0}},
+       [](auto& in) { return embedding(in[0], tensor(std::vector<int64_t>{4, 0}, {2})); }, {2, 0}},
   };
 }
 
