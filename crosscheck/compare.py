@@ -217,6 +217,14 @@ def model_names(demi_names, net):
     return None if not diff else f"{len(diff)} of {len(names)} names differ, e.g. demi {diff[0][0]} torch {diff[0][1]}"
 
 
+def dropout(x, p):
+    """A second input is demi's keep mask (crosscheck_ops.cpp, Draw::DropoutKeep): PyTorch's RNG would
+    draw another, so PyTorch applies demi's, as its dropout applies its own: x * mask / (1 - p)."""
+    if len(x) > 1:
+        return [x[0] * x[1] * (1.0 / (1.0 - p["p"]))]
+    return [F.dropout(x[0], p["p"], p["training"])]
+
+
 def global_max_pool2d(x):
     return F.max_pool2d(x, kernel_size=x.shape[-2:])  # nn.AdaptiveMaxPool2d(1)'s choice of index
 
@@ -270,6 +278,8 @@ OPS = {
     "muon": muon,
     "grad_scaler": grad_scaler,
     "model": model,
+    "dropout": dropout,
+    "embedding": lambda x, p: [F.embedding(x[1], x[0], padding_idx=p["padding_idx"])],
 }
 # Cases whose inputs are scaled before the op (crosscheck_ops.cpp does the same).
 PRE_SCALE = {"softmax_large_logits": 1000.0, "cross_entropy_confident": 100.0}

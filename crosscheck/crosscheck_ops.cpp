@@ -36,7 +36,12 @@ Device g_device = Device::cpu();  // where the ops run (--device)
 
 // How an input's values are drawn: in fp32, then rounded to the case's dtype, so that both
 // frameworks see the same values.
-enum class Draw { Normal, Positive, AwayFromZero, Special, SpecialShifted, Ties, Labels };
+enum class Draw { Normal, Positive, AwayFromZero, Special, SpecialShifted, Ties, Labels, DropoutKeep };
+
+// Dropout's training rows: demi's mask for p = kDropoutP under Generator(kDropoutSeed), 1 where kept,
+// is an input too (Draw::DropoutKeep), which PyTorch applies: its own RNG would draw another mask.
+constexpr double kDropoutP = 0.3;
+constexpr uint64_t kDropoutSeed = 11;
 
 struct Input {
   Shape shape;
@@ -91,6 +96,10 @@ Tensor draw_on_cpu(const Input& in, DType dtype, Generator& gen) {
       for (size_t i = 0; i < u.size(); ++i) v[i] = std::min<int64_t>(in.classes - 1, static_cast<int64_t>(u[i] * in.classes));
       return tensor(v, in.shape);
     }
+    case Draw::DropoutKeep: {
+      Generator keep(kDropoutSeed);
+      return (dropout(ones(in.shape), kDropoutP, true, keep) != 0.0).to(t);
+    }
   }
   return Tensor();
 }
@@ -128,6 +137,29 @@ Tensor compare(const std::string& op, const Tensor& a, const Tensor& b) {
   if (op == "le") return a <= b;
   if (op == "gt") return a > b;
   return a >= b;
+}
+
+// Dropout: the identity for p = 0 and in eval; p = 1 gives x * 0 (NaN for inf and NaN); in between,
+// demi's own mask (the second input), so that the scaling by 1 / (1 - p) is what is compared.
+// Embedding: duplicate indices (the backward's sums), a padding row among them.
+void add_dropout_embedding_cases(std::vector<Case>& c) {
+  auto add = [&c](std::string name, std::string op, json params, std::vector<Input> in, Fn fn) {
+    c.push_back({std::move(name), std::move(op), std::move(params), std::move(in), std::move(fn), true});
+  };
+  auto drop = [](double p, bool training) {
+    return one([p, training](auto& x) { Generator g(kDropoutSeed); return dropout(x[0], p, training, g); });
+  };
+  const Input keep67{{67, 37}, Draw::DropoutKeep, false}, keep131{{131}, Draw::DropoutKeep, false};
+  add("dropout_p0", "dropout", {{"p", 0.0}, {"training", true}}, {normal({67, 37})}, drop(0.0, true));
+  add("dropout_eval", "dropout", {{"p", 0.5}, {"training", false}}, {normal({67, 37})}, drop(0.5, false));
+  add("dropout_p1_specials", "dropout", {{"p", 1.0}, {"training", true}}, {special({131})}, drop(1.0, true));
+  add("dropout_scale", "dropout", {{"p", kDropoutP}, {"training", true}}, {normal({67, 37}), keep67}, drop(kDropoutP, true));
+  add("dropout_scale_specials", "dropout", {{"p", kDropoutP}, {"training", true}}, {special({131}), keep131},
+      drop(kDropoutP, true));
+  add("embedding", "embedding", {{"padding_idx", nullptr}}, {normal({50, 37}), labels({4, 33}, 50)},
+      one([](auto& x) { return embedding(x[0], x[1]); }));
+  add("embedding_padding", "embedding", {{"padding_idx", 3}}, {normal({10, 8}), labels({64}, 10)},
+      one([](auto& x) { return embedding(x[0], x[1], 3); }));
 }
 
 // The cases run with inputs in fp32, bf16 and fp16.
@@ -340,6 +372,7 @@ std::vector<Case> dtype_cases() {
   }
   add("cross_entropy_confident", "cross_entropy", {{"label_smoothing", 0.0}}, {normal({9, 13}), labels({9}, 13)},
       one([](auto& x) { return cross_entropy(x[0] * 100.0, x[1]); }));
+  add_dropout_embedding_cases(c);
   return c;
 }
 
