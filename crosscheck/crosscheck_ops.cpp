@@ -24,7 +24,7 @@
 
 #include "backends/kernels.h"
 #include "framework/demi/demi.h"
-#include "models/small_cnn.h"
+#include "models/models.h"
 
 namespace demi {
 namespace {
@@ -517,11 +517,11 @@ uint64_t seed_of(const std::string& name) {
   return h;
 }
 
-// One training step's forward and backward of a whole reference net (models/small_cnn.h), to be
-// held against ../shared/bench/torch_reference.py's definition of it with the same weights: the
-// inputs are the images, the labels and the model's state_dict (parameters, then buffers, in its
-// order); the outputs the loss, the logits, the buffers after the step's forward (running
-// statistics) and the logits in eval mode; the gradients those of the images and every parameter.
+// One training step's forward and backward of a whole net of models/, to be held against its
+// PyTorch twin (crosscheck/torch_nets.py) with the same weights: the inputs are the images, the
+// labels and the model's state_dict (parameters, then buffers, in its order); the outputs the
+// loss, the logits, the buffers after the step's forward (running statistics) and the logits in
+// eval mode; the gradients those of the images and every parameter.
 // Modes: models_fp32, models_autocast_bf16, models_autocast_fp16, and models_bf16, models_fp16:
 // half parameters (Module::to, BatchNorm's kept fp32) and half images, no autocast.
 void run_model_case(const std::string& net, const std::string& mode, std::optional<DType> autocast, DType params_dtype,

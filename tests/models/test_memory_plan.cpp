@@ -8,7 +8,7 @@
 #include <string>
 
 #include "framework/demi/demi.h"
-#include "models/small_cnn.h"
+#include "models/models.h"
 
 namespace demi {
 namespace {

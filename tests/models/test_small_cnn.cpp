@@ -1,10 +1,11 @@
-// The reference models have exactly the reference's parameter counts, state_dict names and output shapes.
+// The nets of models/ (SmallCNN, AirNet, through make_model): the parameter counts of
+// models/README.md, their PyTorch twins' state_dict names, and their output shapes.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "models/small_cnn.h"
+#include "models/models.h"
 
 namespace demi {
 namespace {
@@ -15,13 +16,13 @@ int64_t parameter_count(const nn::Module& m) {
   return n;
 }
 
-TEST(Models, ParameterCountsMatchTheReference) {
+TEST(Models, ParameterCountsAreTheReadmes) {
   EXPECT_EQ(parameter_count(*models::make_model("SmallCNN")), 141034);
   EXPECT_EQ(parameter_count(*models::make_model("AirNet")), 1972792);
 }
 
-// state_dict names as ../shared/bench/torch_reference.py's modules have them, so that a demi
-// checkpoint loads into the reference net with load_state_dict, and the other way round.
+// state_dict names as the PyTorch twins' modules have them (crosscheck/torch_nets.py), so that a
+// demi checkpoint loads into its twin with load_state_dict, and the other way round.
 std::vector<std::string> state_dict_keys(const std::string& name) {
   std::vector<std::string> keys;
   for (const auto& [key, t] : models::make_model(name)->state_dict()) keys.push_back(key);
@@ -36,7 +37,7 @@ std::vector<std::string> batch_norm_keys(const std::string& prefix) {
   return keys;
 }
 
-TEST(Models, StateDictNamesAreTheReferences) {
+TEST(Models, StateDictNamesAreTheTwins) {
   std::vector<std::string> small;
   for (const int conv : {0, 3, 7, 10, 14}) {
     small.push_back("features." + std::to_string(conv) + ".weight");

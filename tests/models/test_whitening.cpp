@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "models/small_cnn.h"
+#include "models/airnet.h"
 #include "models/whitening.h"
 
 namespace demi {
