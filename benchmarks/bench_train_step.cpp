@@ -1,5 +1,5 @@
 // bench_train_step: images/s of one training step of SmallCNN and AirNet per precision, device and
-// batch, timed by ../shared/bench/torch_reference.py's rule so the two compare side by side, with
+// batch, timed by crosscheck/torch_train_step.py's rule so the two compare side by side, with
 // peak memory by category and the saved-activation peak (the fp16/bf16 <= 0.55x fp32 target).
 #include <CLI/CLI.hpp>
 
@@ -27,7 +27,7 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 struct Config {
-  int steps = 12;  // torch_reference.py's default
+  int steps = 12;  // torch_train_step.py's default
   int warmup = 3;
   std::vector<int64_t> batches{128, 256};
   std::vector<std::string> nets{"SmallCNN", "AirNet"};
@@ -54,7 +54,7 @@ DType dtype_of(const std::string& precision) {
   return DType::F32;
 }
 
-// statistics.median: the mean of the two middle values for an even count, as torch_reference.py.
+// statistics.median: the mean of the two middle values for an even count, as torch_train_step.py.
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();

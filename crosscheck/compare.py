@@ -14,7 +14,6 @@ reference), and compares demi's outputs and input gradients with both:
   intended       a difference docs/pytorch.md lists as intended
   mismatch       integer results (argmax, comparisons) that are not equal
   raised         one side raised an error and the other did not
-  skipped        a whole-net case without torch_reference.py to hold it against
 
 Errors are relative per element, against float64, with a floor of 1e-3 of the tensor's largest
 magnitude so that values near zero do not dominate. Prints the rows that are not ok, but for
@@ -24,7 +23,6 @@ exits 1 when any case differs, raised or mismatched.
 Usage: compare.py RESULTS.safetensors [--all] [--mode fp32,bf16,...]
 """
 import argparse
-import functools
 import json
 import math
 import struct
@@ -32,6 +30,8 @@ import sys
 
 import torch
 import torch.nn.functional as F
+
+import torch_nets
 
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
           "I64": torch.int64, "U8": torch.uint8, "BOOL": torch.bool}
@@ -167,32 +167,15 @@ def grad_scaler(x, p):
     return ws + scales
 
 
-@functools.lru_cache(maxsize=None)
-def torch_reference():
-    """../shared/bench/torch_reference.py (or $DEMI_TORCH_REFERENCE): the nets demi's models copy.
-
-    Loaded once; a missing file raises FileNotFoundError each time it is asked for."""
-    import importlib.util
-    import os
-    here = os.path.dirname(os.path.abspath(__file__))
-    default = os.path.join(here, "..", "..", "shared", "bench", "torch_reference.py")
-    path = os.environ.get("DEMI_TORCH_REFERENCE", default)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no {path}: set DEMI_TORCH_REFERENCE to torch_reference.py")
-    spec = importlib.util.spec_from_file_location("torch_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def model(x, p):
-    """crosscheck_ops.cpp's run_model_case in PyTorch: the reference net given demi's state_dict.
+    """crosscheck_ops.cpp's run_model_case in PyTorch: the net's twin (torch_nets.py) given demi's
+    state_dict.
 
-    The state_dict's entries go to the reference net's in order (same shapes); model_names reports
-    where the names differ. Returns the loss, the logits, the buffers after the forward and the
-    logits in eval mode."""
+    The state_dict's entries go to the twin's in order (same shapes), so that the numbers are
+    compared even where a name differs; model_names reports where the names differ. Returns the
+    loss, the logits, the buffers after the forward and the logits in eval mode."""
     import torch.func
-    net = getattr(torch_reference(), p["model"])()
+    net = torch_nets.make(p["model"])
     names = list(net.state_dict().keys())
     if len(names) != len(p["names"]):
         raise ValueError(f"{len(p['names'])} state_dict entries in demi, {len(names)} in PyTorch")
@@ -211,8 +194,8 @@ def model(x, p):
 
 
 def model_names(demi_names, net):
-    """Where demi's state_dict names differ from the reference net's (None when they agree)."""
-    names = list(getattr(torch_reference(), net)().state_dict().keys())
+    """Where demi's state_dict names differ from the twin's (None when they agree)."""
+    names = list(torch_nets.make(net).state_dict().keys())
     diff = [(d, t) for d, t in zip(demi_names, names) if d != t]
     return None if not diff else f"{len(diff)} of {len(names)} names differ, e.g. demi {diff[0][0]} torch {diff[0][1]}"
 
@@ -387,18 +370,9 @@ def main():
     modes = set(args.mode.split(",")) if args.mode else None
 
     rows, counts = [], {}
-    try:
-        torch_reference()
-        no_reference = None
-    except FileNotFoundError as e:
-        no_reference = str(e)
     for case in cases:
         key, mode = case["key"], case["mode"]
         if modes and mode not in modes:
-            continue
-        if case["op"] == "model" and no_reference:
-            rows.append((key, "-", "skipped", math.nan, math.nan, no_reference))
-            counts["skipped"] = counts.get("skipped", 0) + 1
             continue
         inputs = [tensors[f"{key}/in{i}"] for i in range(len(case["inputs"]))]
         gy = tensors.get(f"{key}/gy")
@@ -439,7 +413,7 @@ def main():
         if case["op"] == "model":
             names = model_names(case["params"]["names"], case["params"]["model"])
             rows.append((key, "names", "differs" if names else "ok", math.nan, math.nan,
-                         names or "the reference net's state_dict names"))
+                         names or "the twin's state_dict names"))
             counts[rows[-1][2]] = counts.get(rows[-1][2], 0) + 1
         for what, d, t, r in compared:
             verdict, ed, et, note = judge(d, t, r, dtype, errors)

@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
-"""Evaluates a demi checkpoint in PyTorch: the reference net of ../shared/bench/torch_reference.py
-(or $DEMI_TORCH_REFERENCE) loads train_cifar's model.safetensors with load_state_dict(strict=True)
-and classifies CIFAR-10's test images (decoded by Pillow, normalised as demi's loader does).
+"""Evaluates a demi checkpoint in PyTorch: the net's twin (torch_nets.py) loads train_cifar's
+model.safetensors with load_state_dict(strict=True) and classifies CIFAR-10's test images (decoded
+by Pillow, normalised as demi's loader does).
 
-Usage: eval_checkpoint.py MODEL.safetensors SmallCNN|AirNet [--data-dir DIR]
+Usage: eval_checkpoint.py MODEL.safetensors NET [--data-dir DIR]
+  NET: a name of torch_nets.NETS (SmallCNN, AirNet); DIR: the image-folder tree with test/<class>/
+  (default $DEMI_CIFAR10, else ./data/cifar-10).
 Needs torch, safetensors and pillow (pip install into the venv of scripts/crosscheck-pytorch).
 """
 import argparse
 import os
+import sys
 
 import numpy as np
 import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from compare import torch_reference
+import torch_nets
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)  # datasets/data_loader.cpp
 
@@ -22,13 +25,16 @@ MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)  # datasets/data_
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
-    parser.add_argument("net", choices=["SmallCNN", "AirNet"])
-    parser.add_argument("--data-dir", default=os.environ.get("DEMI_CIFAR10", "../shared/data/cifar10"))
+    parser.add_argument("net", choices=list(torch_nets.NETS))
+    parser.add_argument("--data-dir", default=os.environ.get("DEMI_CIFAR10") or "./data/cifar-10")
     args = parser.parse_args()
-    net = getattr(torch_reference(), args.net)()
+    test = os.path.join(args.data_dir, "test")
+    if not os.path.isdir(test):
+        sys.exit(f"eval_checkpoint: no test/ image folders in {args.data_dir}: pass --data-dir DIR or set "
+                 f"DEMI_CIFAR10 to the CIFAR-10 image-folder tree")
+    net = torch_nets.make(args.net)
     net.load_state_dict(load_file(args.model), strict=True)
     net.eval()
-    test = os.path.join(args.data_dir, "test")
     images, labels = [], []
     for k, name in enumerate(sorted(os.listdir(test))):
         for f in sorted(os.listdir(os.path.join(test, name))):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Merges bench_train_step's JSON (demi) with torch_reference.py's (PyTorch) into one table:
+"""Merges bench_train_step's JSON (demi) with crosscheck/torch_train_step.py's (PyTorch) into one table:
 net, precision, batch, demi img/s, torch img/s, demi/torch. Used by scripts/bench-vs-pytorch.
 
 torch's best layout is the fair opponent: for fp32 the faster of fp32 and fp32_cl (channels_last),
@@ -7,7 +7,7 @@ for bf16 the faster of bf16 and bf16_cl; fp16 is fp16 alone.
 
 On CUDA, PyTorch's fp32 convolutions use TF32 by default (torch.backends.cudnn.allow_tf32), demi's
 fp32 does not (set_allow_tf32, off). demi's tf32 rows meet torch's default fp32 runs; its fp32 rows
-meet --torch-strict-fp32's runs (torch_reference.py under scripts/lib/torch_strict_fp32.py) when
+meet --torch-strict-fp32's runs (torch_train_step.py under scripts/lib/torch_strict_fp32.py) when
 given, else the default ones.
 
 With --rounds, summarises the merged tables (--json) of several rounds instead: per row the median
@@ -37,7 +37,7 @@ def load(paths):
 
 
 def demi_rows(runs, device):
-    """(net, precision, batch) -> demi row, rows of `device` only (torch_reference ran on one device)."""
+    """(net, precision, batch) -> demi row, rows of `device` only (torch_train_step ran on one device)."""
     rows = {}
     for run in runs:
         for r in run.get("rows", []):

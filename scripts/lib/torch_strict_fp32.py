@@ -3,7 +3,7 @@
 
 PyTorch's default lets cuDNN convolutions round fp32 inputs to TF32
 (torch.backends.cudnn.allow_tf32 = True); demi's fp32 never does unless set_allow_tf32(true).
-Usage: torch_strict_fp32.py SCRIPT [ARGS...]   (e.g. ../shared/bench/torch_reference.py --device cuda)
+Usage: torch_strict_fp32.py SCRIPT [ARGS...]   (e.g. crosscheck/torch_train_step.py --device cuda)
 """
 import runpy
 import sys
