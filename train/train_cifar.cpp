@@ -39,7 +39,7 @@ void add_model_options(CLI::App& app, TrainerConfig& c, Command& command) {
   cli::add_choice(app, c.precision, "fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling)");
   app.add_option("--device", command.device, "cpu or cuda (default: cuda when a GPU is present)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  cli::add_choice(app, c.model, "SmallCNN or AirNet (../shared/bench/README.md)");
+  cli::add_choice(app, c.model, "SmallCNN or AirNet (models/README.md)");
   app.add_option("--data-dir", c.data_dir, "CIFAR-10: image folders train/<class>/*.jpg or the binary batches "
                  "(default: $DEMI_CIFAR10, else ./data/cifar-10)")->capture_default_str();
 }
@@ -157,7 +157,7 @@ int run(const TrainerConfig& c, const Command& command) {
 int main(int argc, char** argv) {
   TrainerConfig c;
   const char* env_data = std::getenv("DEMI_CIFAR10");
-  c.data_dir = env_data ? env_data : "./data/cifar-10";
+  c.data_dir = env_data && *env_data ? env_data : "./data/cifar-10";  // an empty variable counts as unset
   Command command;
   CLI::App app{"train_cifar: train a small CNN on CIFAR-10 in the precision you choose (demi)"};
   app.get_formatter()->column_width(34);

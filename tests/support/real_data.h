@@ -1,6 +1,6 @@
-// The real CIFAR-10 for data, trainer and convergence tests: ctest sets $DEMI_CIFAR10 to
-// ../shared/data/cifar10. Missing data skips a test on a developer machine and fails it under
-// CI=true, where the data must be there.
+// The real CIFAR-10 for data, trainer and convergence tests, from $DEMI_CIFAR10 (set by ctest when
+// CMake was configured with it, else inherited from ctest's environment). Missing data skips a
+// test, saying how to provide it, and fails it under CI=true, where the data must be there.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,10 +14,14 @@ namespace demi::test {
 // Why the real data set is unavailable, or "" when $DEMI_CIFAR10 holds the image-folder tree.
 inline std::string missing_real_data() {
   const char* env = std::getenv("DEMI_CIFAR10");
-  if (!env || !*env) return "DEMI_CIFAR10 is not set (ctest sets it to ../shared/data/cifar10)";
+  if (!env || !*env)
+    return "DEMI_CIFAR10 is not set: point it at the CIFAR-10 image-folder tree (train/<class>/*.jpg, "
+           "test/<class>/*.jpg), e.g. `DEMI_CIFAR10=/path/to/cifar10 ctest ...`, or configure with "
+           "-DDEMI_CIFAR10_DIR=/path/to/cifar10";
   const std::filesystem::path dir(env);
   if (!std::filesystem::is_directory(dir / "train") || !std::filesystem::is_directory(dir / "test"))
-    return std::string("no CIFAR-10 image folder (train/, test/) at DEMI_CIFAR10=") + env;
+    return std::string("no CIFAR-10 image folder (train/, test/) at DEMI_CIFAR10=") + env +
+           ": point DEMI_CIFAR10 at the image-folder tree";
   return "";
 }
 
