@@ -1,13 +1,14 @@
 // train_cifar's recipes: what --recipe changes beyond plain flags. "standard" is demi's default
 // (PyTorch-initialised model, one parameter group, crop + flip). "airbench" is airbench94's recipe
-// for AirNet (../shared/REFERENCE-amp.md, section 7.1): whitening stem from patch statistics,
-// identity-initialised convolutions, BatchNorm weights frozen at 1 (eps 1e-12, momentum 0.4),
-// BatchNorm biases at 64x the lr, reflect-padded 2-pixel translations with alternating flips, plus
-// the flag values set by apply_recipe_defaults (batch 1024, Nesterov momentum 0.85, linear
-// warm-up/decay, label smoothing 0.2, lookahead, test-time augmentation). "airbench-muon" is
-// airbench94_muon's recipe on the same model (section 7.1 too): the convolution filters trained by
-// Muon, the rest by Nesterov SGD, batch 2000, 8 epochs, linear decay to 0, the whitening bias
-// trained for the first 3 epochs only, no lookahead.
+// for AirNet (Keller Jordan, https://github.com/KellerJordan/cifar10-airbench, legacy/airbench94.py;
+// arXiv:2404.00498): whitening stem from patch statistics, identity-initialised convolutions,
+// BatchNorm weights frozen at 1 (eps 1e-12, momentum 0.4), BatchNorm biases at 64x the lr,
+// reflect-padded 2-pixel translations with alternating flips, plus the flag values set by
+// apply_recipe_defaults (batch 1024, Nesterov momentum 0.85, linear warm-up/decay, label smoothing
+// 0.2, lookahead, test-time augmentation). "airbench-muon" is airbench94_muon's recipe on the same
+// model (airbench94_muon.py in the same repository): the convolution filters trained by Muon, the
+// rest by Nesterov SGD, batch 2000, 8 epochs, linear decay to 0, the whitening bias trained for the
+// first 3 epochs only, no lookahead.
 #pragma once
 
 #include <functional>

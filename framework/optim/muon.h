@@ -2,7 +2,7 @@
 // matrix (all singular values ~1), found by a few Newton-Schulz iterations: every direction of
 // the weight moves at the same rate, however unevenly the raw gradient spreads over them. The
 // update is torch.optim.Muon's (PyTorch 2.9); airbench94_muon trains AirNet's filters with it
-// (../shared/REFERENCE-amp.md, section 7.1).
+// (airbench94_muon.py in Keller Jordan's https://github.com/KellerJordan/cifar10-airbench).
 //
 // Muon groups hold matrices: 2-D weights, or convolution filters [O, C, KH, KW] taken as
 // [O, C*KH*KW]. Everything else (biases, norms, often the first and last layers) goes in SGD
