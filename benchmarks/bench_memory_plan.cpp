@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "framework/demi/demi.h"
-#include "models/small_cnn.h"
+#include "models/models.h"
 
 namespace {
 

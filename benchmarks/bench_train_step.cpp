@@ -18,7 +18,7 @@
 
 #include "backends/kernels.h"
 #include "framework/demi/demi.h"
-#include "models/small_cnn.h"
+#include "models/models.h"
 
 namespace {
 

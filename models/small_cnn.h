@@ -23,6 +23,3 @@ class SmallCNN : public nn::Module {
 
 }  // namespace demi::models
 
-// make_model and AirNet were declared here before each net had its own header: code that still
-// includes only this one keeps building.
-#include "models/models.h"

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "models/small_cnn.h"
+#include "models/models.h"
 #include "models/whitening.h"
 
 namespace demi::train {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "models/small_cnn.h"
+#include "models/models.h"
 #include "support/error_of.h"
 #include "train/components.h"
 

@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include "models/small_cnn.h"
+#include "models/models.h"
 #include "models/whitening.h"
 #include "support/error_of.h"
 #include "train/recipe.h"

@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "framework/demi/demi.h"
-#include "models/small_cnn.h"
+#include "models/models.h"
 #include "support/dist_world.h"
 #include "support/tolerance.h"
 
