@@ -34,6 +34,8 @@ inline const char* unary_name(UnaryKind k) {
     case UnaryKind::Affine: return "unary(affine)";
     case UnaryKind::DivScalar: return "unary(div_scalar)";
     case UnaryKind::Clamp: return "unary(clamp)";
+    case UnaryKind::Abs: return "unary(abs)";
+    case UnaryKind::Sign: return "unary(sign)";
   }
   return "unary";
 }
@@ -80,15 +82,16 @@ inline const char* check_binary(BinaryKind kind, const TensorRef& a, const Tenso
   return name;
 }
 
-// argmax(x, y): x [O, R, I] floating with R >= 1, y [O, 1, I] I64.
-inline void check_argmax(const TensorRef& x, const TensorRef& y) {
-  DEMI_CHECK(is_floating(x.dtype) && y.dtype == DType::I64, "argmax: x must be floating and y int64, got ", x.dtype,
+// argmax / argmin (x, y): x [O, R, I] floating with R >= 1, y [O, 1, I] I64.
+inline void check_arg_reduce(bool is_min, const TensorRef& x, const TensorRef& y) {
+  const char* name = is_min ? "argmin" : "argmax";
+  DEMI_CHECK(is_floating(x.dtype) && y.dtype == DType::I64, name, ": x must be floating and y int64, got ", x.dtype,
              " and ", y.dtype);
   DEMI_CHECK(x.shape.size() == 3 && y.shape.size() == 3 && y.shape[0] == x.shape[0] && y.shape[1] == 1 &&
                  y.shape[2] == x.shape[2],
-             "argmax: x must be [O, R, I] and y [O, 1, I], got ", x.shape, " and ", y.shape);
-  DEMI_CHECK(x.shape[1] >= 1 || y.numel() == 0, "argmax: x ", x.shape,
-             " has no elements along the reduced dim, so there is no maximum; reduce over a non-empty range");
+             name, ": x must be [O, R, I] and y [O, 1, I], got ", x.shape, " and ", y.shape);
+  DEMI_CHECK(x.shape[1] >= 1 || y.numel() == 0, name, ": x ", x.shape, " has no elements along the reduced dim, so "
+             "there is no ", is_min ? "minimum" : "maximum", "; reduce over a non-empty range");
 }
 
 // permute(x, y, dims): dims a permutation of x's dims, y.shape[i] == x.shape[dims[i]], one dtype.
@@ -115,6 +118,7 @@ inline const char* reduce_name(ReduceKind k) {
     case ReduceKind::Sum: return "reduce sum";
     case ReduceKind::Mean: return "reduce mean";
     case ReduceKind::Max: return "reduce max";
+    case ReduceKind::Min: return "reduce min";
   }
   return "reduce";
 }
@@ -152,9 +156,34 @@ inline ReduceDims check_reduce(ReduceKind kind, const TensorRef& x, const Tensor
     else d.groups.emplace_back(xs[i], is_reduced);
   }
   d.outputs = y.numel();
-  DEMI_CHECK(d.outputs == 0 || kind != ReduceKind::Max || d.R > 0, name, ": x ", xs,
-             " has no elements along the reduced dims, so the max is undefined; reduce over a non-empty range");
+  const bool extreme = kind == ReduceKind::Max || kind == ReduceKind::Min;
+  DEMI_CHECK(d.outputs == 0 || !extreme || d.R > 0, name, ": x ", xs, " has no elements along the reduced dims, so "
+             "the ", kind == ReduceKind::Max ? "max" : "min", " is undefined; reduce over a non-empty range");
   return d;
+}
+
+// --- where ---------------------------------------------------------------------------------------
+
+// where(cond, a, b, y): cond U8; a, b and y of one dtype; each of cond, a and b broadcasts to y's
+// shape; y aliases an operand only when that operand has y's full shape (as binary).
+inline void check_where(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
+  DEMI_CHECK(cond.dtype == DType::U8, "where: cond must be uint8 (a mask of 0 and 1, what comparisons return), got ",
+             cond.dtype);
+  DEMI_CHECK(a.dtype == b.dtype && a.dtype == y.dtype, "where: a is ", a.dtype, ", b is ", b.dtype, " and y is ",
+             y.dtype, "; all three must share one dtype (cast first)");
+  const std::pair<const char*, const TensorRef*> operands[] = {{"cond", &cond}, {"a", &a}, {"b", &b}};
+  for (const auto& [what, t] : operands) {
+    const Shape& s = t->shape;
+    bool fits = s.size() <= y.shape.size();
+    for (size_t k = 0; fits && k < s.size(); ++k) {
+      const int64_t extent = s[s.size() - 1 - k], target = y.shape[y.shape.size() - 1 - k];
+      fits = extent == target || extent == 1;
+    }
+    DEMI_CHECK(fits, "where: ", what, " ", s, " does not broadcast to y ", y.shape,
+               "; each extent must equal y's (aligned from the right) or be 1");
+    DEMI_CHECK(t->data != y.data || t->numel() == y.numel(), "where: y aliases ", what, " ", s,
+               ", which broadcasts to y ", y.shape, "; in-place is only possible into a full-shape operand");
+  }
 }
 
 // --- gemm ----------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ void Kernels::reduce(ReduceKind kind, const TensorRef& x, const TensorRef& y) {
   reduce_impl(kind, x, y, dims);
 }
 void Kernels::argmax(const TensorRef& x, const TensorRef& y) {
-  check_argmax(x, y);
+  check_arg_reduce(false, x, y);
   argmax_impl(x, y);
 }
 void Kernels::permute(const TensorRef& x, const TensorRef& y, const std::vector<int64_t>& dims) {
@@ -108,6 +108,14 @@ void Kernels::unscale_check_finite(const UnscaleArgs& args) {
 void Kernels::update_scale(const ScaleUpdateArgs& args) {
   check_update_scale(args);
   update_scale_impl(args);
+}
+void Kernels::argmin(const TensorRef& x, const TensorRef& y) {
+  check_arg_reduce(true, x, y);
+  argmin_impl(x, y);
+}
+void Kernels::where(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
+  check_where(cond, a, b, y);
+  where_impl(cond, a, b, y);
 }
 
 void Kernels::dropout(const DropoutArgs& args) { dropout_impl(args, check_dropout(args)); }

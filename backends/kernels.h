@@ -43,6 +43,8 @@ enum class UnaryKind {
   Affine,  // alpha * x + beta (scalar add, scalar multiply, 1 - x ...); beta = -0 for a product alone
   DivScalar,  // x / alpha, correctly rounded (tensor / scalar is a true division in PyTorch)
   Clamp,   // min(max(x, alpha), beta): beta when alpha > beta; NaN stays NaN; a bound may be +-inf
+  Abs,     // |x|: the sign bit cleared (|-0| = +0, NaN stays NaN)
+  Sign,    // 1 for x > 0, -1 for x < 0, 0 for +-0 and NaN (PyTorch's sign, abs's gradient)
 };
 
 enum class BinaryKind {
@@ -61,7 +63,7 @@ enum class BinaryKind {
   Ge,
 };
 
-enum class ReduceKind { Sum, Mean, Max };
+enum class ReduceKind { Sum, Mean, Max, Min };  // max and min propagate NaN, as PyTorch
 
 // The geometry an argument check derives and a kernel uses (backends/kernel_checks.h).
 struct ReduceDims;
@@ -246,7 +248,7 @@ struct EmbeddingArgs {
 
 // The kernel families, for Kernels::supports().
 enum class KernelFamily {
-  Elementwise,  // fill, cast, unary, binary, argmax, permute
+  Elementwise,  // fill, cast, unary, binary, argmax, argmin, permute, where
   Reduce,
   Gemm,
   Conv2d,
@@ -315,6 +317,12 @@ class Kernels {
   void dropout(const DropoutArgs& args);
   void embedding_forward(const EmbeddingArgs& args);
   void embedding_backward(const EmbeddingArgs& args);
+  // argmax's twin: the index along R of the first minimum; NaN counts as the minimum, as in PyTorch.
+  void argmin(const TensorRef& x, const TensorRef& y);
+  // y = cond ? a : b element-wise: cond U8 (nonzero is true), cond, a and b broadcast to y's shape
+  // (numpy rules); a, b and y share one dtype, any dtype. The chosen element's bits are copied: an inf
+  // or NaN in the branch not taken never reaches y (a * m + b * (1 - m) would turn it into NaN).
+  void where(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y);
 
  protected:
   // What a device implements, called with checked arguments (and the geometry the check derived).
@@ -346,6 +354,8 @@ class Kernels {
   virtual void dropout_impl(const DropoutArgs& args, const DropoutMask& mask) = 0;
   virtual void embedding_forward_impl(const EmbeddingArgs& args) = 0;
   virtual void embedding_backward_impl(const EmbeddingArgs& args) = 0;
+  virtual void argmin_impl(const TensorRef& x, const TensorRef& y) = 0;
+  virtual void where_impl(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y) = 0;
 };
 
 // The kernels of a device. Throws demi::Error when the device is absent or its backend was not

@@ -63,6 +63,10 @@ class CpuKernels final : public Kernels {
   // embedding.cpp
   void embedding_forward_impl(const EmbeddingArgs& args) override;
   void embedding_backward_impl(const EmbeddingArgs& args) override;
+  // reduce.cpp
+  void argmin_impl(const TensorRef& x, const TensorRef& y) override;
+  // where.cpp
+  void where_impl(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y) override;
 };
 
 }  // namespace demi::backend::cpu

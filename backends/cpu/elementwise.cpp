@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/broadcast.h"
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/gelu.h"
@@ -223,6 +224,11 @@ void unary_typed(UnaryKind kind, const T* x, T* y, int64_t n, double alpha, doub
           return low > b ? b : low;
         });
       });
+    case UnaryKind::Abs: return map_unary(x, y, n, 1, [](const auto& v) { return v.abs(); });
+    case UnaryKind::Sign:  // two compares, so that NaN gives 0 (PyTorch's sign)
+      return map_unary(x, y, n, 1, [](const auto& v) {
+        return v.unaryExpr([](C t) { return C(t > C(0)) - C(t < C(0)); });
+      });
   }
   DEMI_THROW("unary: unknown UnaryKind ", static_cast<int>(kind));
 }
@@ -278,86 +284,20 @@ void binary_row(const T* a, const T* b, T* y, int64_t n, Op op) {
   }
 }
 
-// y's dimensions after dropping extent-1 ones and merging neighbours that both operands step
-// through uniformly, outermost first. Same shapes collapse to one dimension, [N, C, H, W] with
-// [1, C, 1, 1] to [N, C, H*W], a scalar to one dimension of stride 0.
-struct BroadcastPlan {
-  std::vector<int64_t> extent, stride_a, stride_b;
-};
-
-// Strides of `op` (right-aligned against y, 0 where it broadcasts); throws if it cannot broadcast.
-std::vector<int64_t> broadcast_strides(const char* op, const char* name, const Shape& s, const Shape& y) {
-  DEMI_CHECK(s.size() <= y.size(), op, ": ", name, " ", s, " has more dimensions than y ", y,
-             "; y must have the broadcast shape of a and b");
-  std::vector<int64_t> strides(y.size(), 0);
-  const size_t lead = y.size() - s.size();
-  int64_t stride = 1;
-  for (size_t i = s.size(); i-- > 0;) {
-    DEMI_CHECK(s[i] == y[lead + i] || s[i] == 1, op, ": ", name, " ", s, " cannot broadcast to y ", y,
-               " (dimension ", lead + i, " of y is ", y[lead + i], ", ", name, " has ", s[i],
-               "); each extent must equal y's or be 1");
-    strides[lead + i] = s[i] == 1 ? 0 : stride;
-    stride *= s[i];
-  }
-  return strides;
-}
-
-BroadcastPlan plan_broadcast(const char* op, const Shape& a, const Shape& b, const Shape& y) {
-  const std::vector<int64_t> sa = broadcast_strides(op, "a", a, y);
-  const std::vector<int64_t> sb = broadcast_strides(op, "b", b, y);
-  BroadcastPlan p;
-  for (size_t d = 0; d < y.size(); ++d) {
-    if (y[d] == 1) continue;
-    if (!p.extent.empty() && p.stride_a.back() == sa[d] * y[d] && p.stride_b.back() == sb[d] * y[d]) {
-      p.extent.back() *= y[d];
-      p.stride_a.back() = sa[d];
-      p.stride_b.back() = sb[d];
-    } else {
-      p.extent.push_back(y[d]);
-      p.stride_a.push_back(sa[d]);
-      p.stride_b.push_back(sb[d]);
-    }
-  }
-  if (p.extent.empty()) p = {{1}, {0}, {0}};
-  return p;
-}
-
 template <int SA, int SB, typename T, typename Op>
-void binary_strided(const BroadcastPlan& p, const T* a, const T* b, T* y, int64_t n, int64_t cost, Op op) {
-  const int outer = static_cast<int>(p.extent.size()) - 1;
-  const int64_t inner = p.extent.back();
+void binary_strided(const BroadcastPlan<2>& p, const T* a, const T* b, T* y, int64_t n, int64_t cost, Op op) {
   parallel_for(n, cost, [&](int64_t begin, int64_t end) {
-    // One division chain per chunk to find where it starts; rows then advance an odometer.
-    std::vector<int64_t> idx(static_cast<size_t>(outer), 0);
-    int64_t row = begin / inner, col = begin % inner, off_a = 0, off_b = 0;
-    for (int d = outer - 1; d >= 0; --d) {
-      idx[d] = row % p.extent[d];
-      row /= p.extent[d];
-      off_a += idx[d] * p.stride_a[d];
-      off_b += idx[d] * p.stride_b[d];
-    }
-    for (int64_t pos = begin; pos < end;) {
-      const int64_t len = std::min(inner - col, end - pos);
-      binary_row<SA, SB>(a + off_a + col * SA, b + off_b + col * SB, y + pos, len, op);
-      pos += len;
-      col = 0;
-      for (int d = outer - 1; d >= 0; --d) {
-        off_a += p.stride_a[d];
-        off_b += p.stride_b[d];
-        if (++idx[d] < p.extent[d]) break;
-        off_a -= p.stride_a[d] * p.extent[d];
-        off_b -= p.stride_b[d] * p.extent[d];
-        idx[d] = 0;
-      }
-    }
+    for_each_row(p, begin, end, [&](const std::array<int64_t, 2>& at, int64_t pos, int64_t len) {
+      binary_row<SA, SB>(a + at[0], b + at[1], y + pos, len, op);
+    });
   });
 }
 
 template <typename T, typename Op>
-void binary_typed(const BroadcastPlan& p, const TensorRef& a, const TensorRef& b, const TensorRef& y,
+void binary_typed(const BroadcastPlan<2>& p, const TensorRef& a, const TensorRef& b, const TensorRef& y,
                   int64_t cost, Op op) {
   const int64_t n = y.numel();
-  const int sa = static_cast<int>(p.stride_a.back()), sb = static_cast<int>(p.stride_b.back());
+  const int sa = static_cast<int>(p.stride[0].back()), sb = static_cast<int>(p.stride[1].back());
   const T* pa = a.as<T>();
   const T* pb = b.as<T>();
   T* py = y.as<T>();
@@ -406,7 +346,7 @@ void CpuKernels::unary_impl(UnaryKind kind, const TensorRef& x, const TensorRef&
 
 void CpuKernels::binary_impl(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
   const char* name = binary_name(kind);
-  const BroadcastPlan plan = plan_broadcast(name, a.shape, b.shape, y.shape);
+  const BroadcastPlan<2> plan = plan_broadcast<2>(name, {"a", "b"}, {&a.shape, &b.shape}, y.shape);
   if (y.numel() == 0) return;
   dispatch_floating(y.dtype, name, [&](auto tag) {
     using T = decltype(tag);

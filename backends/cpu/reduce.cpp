@@ -1,9 +1,10 @@
-// Reductions (sum, mean, max) into a keepdim-shaped y, and argmax. Every dtype accumulates in double, in blocks
+// Reductions (sum, mean, max, min) into a keepdim-shaped y, and argmax / argmin. Every dtype accumulates in double, in blocks
 // whose boundaries do not depend on the thread count, so sums of millions of fp32 values stay
 // accurate to ~1e-15 relative and a result is the same on 1 or 64 threads.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/common.h"
@@ -16,12 +17,16 @@ namespace {
 constexpr int64_t kBlock = 4096;  // elements per partial result along a contiguous reduced run
 constexpr int64_t kInner = 256;   // output columns one task accumulates when reducing a middle dim
 
-// Sum (and mean) add; max keeps the larger value and, like PyTorch, propagates NaN.
-template <bool kMax>
+// Sum (and mean) add; max and min keep the larger / smaller value and, like PyTorch, propagate NaN.
+template <ReduceKind K>
 struct Combine {
-  static double init() { return kMax ? -std::numeric_limits<double>::infinity() : 0.0; }
+  static double init() {
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    return K == ReduceKind::Max ? -inf : K == ReduceKind::Min ? inf : 0.0;
+  }
   static double apply(double acc, double v) {
-    if constexpr (kMax) return (v > acc || std::isnan(v)) ? v : acc;
+    if constexpr (K == ReduceKind::Max) return (v > acc || std::isnan(v)) ? v : acc;
+    else if constexpr (K == ReduceKind::Min) return (v < acc || std::isnan(v)) ? v : acc;
     else return acc + v;
   }
 };
@@ -32,9 +37,9 @@ double load(T v) {
 }
 
 // n <= kBlock contiguous values, over 8 independent lanes (vectorisable, and 8x shorter chains).
-template <bool kMax, typename T>
+template <ReduceKind K, typename T>
 double reduce_block(const T* x, int64_t n) {
-  using Op = Combine<kMax>;
+  using Op = Combine<K>;
   double lane[8];
   std::fill(lane, lane + 8, Op::init());
   int64_t i = 0;
@@ -46,21 +51,21 @@ double reduce_block(const T* x, int64_t n) {
   return acc;
 }
 
-template <bool kMax, typename T>
+template <ReduceKind K, typename T>
 double reduce_run(const T* x, int64_t n) {
-  double acc = Combine<kMax>::init();
-  for (int64_t s = 0; s < n; s += kBlock) acc = Combine<kMax>::apply(acc, reduce_block<kMax>(x + s, std::min(kBlock, n - s)));
+  double acc = Combine<K>::init();
+  for (int64_t s = 0; s < n; s += kBlock) acc = Combine<K>::apply(acc, reduce_block<K>(x + s, std::min(kBlock, n - s)));
   return acc;
 }
 
 // x viewed as [O, R, I] with R the reduced extent; out is [O, I].
-template <bool kMax, typename T>
+template <ReduceKind K, typename T>
 void reduce_middle(const T* x, int64_t O, int64_t R, int64_t I, double* out) {
-  using Op = Combine<kMax>;
+  using Op = Combine<K>;
   if (I == 1) {
     if (O >= omp_get_max_threads() || R < 2 * kBlock) {
       parallel_for(O, R, [&](int64_t b, int64_t e) {
-        for (int64_t o = b; o < e; ++o) out[o] = reduce_run<kMax>(x + o * R, R);
+        for (int64_t o = b; o < e; ++o) out[o] = reduce_run<K>(x + o * R, R);
       });
       return;
     }
@@ -71,7 +76,7 @@ void reduce_middle(const T* x, int64_t O, int64_t R, int64_t I, double* out) {
     for (int64_t o = 0; o < O; ++o) {
       const T* run = x + o * R;
       parallel_for(blocks, kBlock, [&](int64_t b, int64_t e) {
-        for (int64_t k = b; k < e; ++k) partial[k] = reduce_block<kMax>(run + k * kBlock, std::min(kBlock, R - k * kBlock));
+        for (int64_t k = b; k < e; ++k) partial[k] = reduce_block<K>(run + k * kBlock, std::min(kBlock, R - k * kBlock));
       });
       double acc = Op::init();
       for (double v : partial) acc = Op::apply(acc, v);
@@ -102,10 +107,10 @@ struct Dim {
   int64_t extent, stride;
 };
 
-template <bool kMax, typename T>
+template <ReduceKind K, typename T>
 void reduce_generic(const T* x, const std::vector<Dim>& kept, const std::vector<Dim>& reduced,
                     int64_t outputs, int64_t R, double* out) {
-  using Op = Combine<kMax>;
+  using Op = Combine<K>;
   const int nr = static_cast<int>(reduced.size());
   const Dim inner = reduced.back();
   parallel_for(outputs, R, [&](int64_t b, int64_t e) {
@@ -143,7 +148,6 @@ void CpuKernels::reduce_impl(ReduceKind kind, const TensorRef& x, const TensorRe
   if (outputs == 0) return;
 
   std::vector<double> out(static_cast<size_t>(outputs));
-  const bool is_max = kind == ReduceKind::Max;
   if (R == 0) {
     std::fill(out.begin(), out.end(), 0.0);
   } else {
@@ -161,17 +165,22 @@ void CpuKernels::reduce_impl(ReduceKind kind, const TensorRef& x, const TensorRe
     if (g < groups.size()) ++g;
     for (; g < groups.size() && !groups[g].second; ++g) I *= groups[g].first;
     const bool blocked = reduced.size() <= 1;
-    dispatch_floating(x.dtype, name, [&](auto tag) {
-      using T = decltype(tag);
-      const T* px = x.as<T>();
-      if (blocked) {
-        if (is_max) reduce_middle<true>(px, O, R, I, out.data());
-        else reduce_middle<false>(px, O, R, I, out.data());
-      } else {
-        if (is_max) reduce_generic<true>(px, kept, reduced, outputs, R, out.data());
-        else reduce_generic<false>(px, kept, reduced, outputs, R, out.data());
-      }
-    });
+    // Mean sums (and divides below); the kind is a template argument so the inner loops stay tight.
+    auto run = [&](auto k) {
+      constexpr ReduceKind K = decltype(k)::value;
+      dispatch_floating(x.dtype, name, [&](auto tag) {
+        using T = decltype(tag);
+        const T* px = x.as<T>();
+        if (blocked) reduce_middle<K>(px, O, R, I, out.data());
+        else reduce_generic<K>(px, kept, reduced, outputs, R, out.data());
+      });
+    };
+    switch (kind) {
+      case ReduceKind::Sum:
+      case ReduceKind::Mean: run(std::integral_constant<ReduceKind, ReduceKind::Sum>{}); break;
+      case ReduceKind::Max: run(std::integral_constant<ReduceKind, ReduceKind::Max>{}); break;
+      case ReduceKind::Min: run(std::integral_constant<ReduceKind, ReduceKind::Min>{}); break;
+    }
   }
   if (kind == ReduceKind::Mean) {
     for (double& v : out) v /= static_cast<double>(R);
@@ -185,11 +194,15 @@ void CpuKernels::reduce_impl(ReduceKind kind, const TensorRef& x, const TensorRe
   });
 }
 
-void CpuKernels::argmax_impl(const TensorRef& x, const TensorRef& y) {
+namespace {
+
+// The first extreme along R of x [O, R, I], for each (o, i); NaN counts as the extreme, as in PyTorch.
+template <bool kMin>
+void arg_reduce(const TensorRef& x, const TensorRef& y) {
   const int64_t O = x.shape[0], R = x.shape[1], I = x.shape[2];
   if (y.numel() == 0) return;
   int64_t* out = y.as<int64_t>();
-  dispatch_floating(x.dtype, "argmax", [&](auto tag) {
+  dispatch_floating(x.dtype, kMin ? "argmin" : "argmax", [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.as<T>();
     parallel_for(O * I, R, [&](int64_t b, int64_t e) {
@@ -199,7 +212,8 @@ void CpuKernels::argmax_impl(const TensorRef& x, const TensorRef& y) {
         double best_value = load(column[0]);
         for (int64_t r = 1; r < R && !std::isnan(best_value); ++r) {
           const double v = load(column[r * I]);
-          if (v > best_value || std::isnan(v)) {  // strictly greater: the first maximum wins
+          // strictly better: the first extreme wins
+          if ((kMin ? v < best_value : v > best_value) || std::isnan(v)) {
             best = r;
             best_value = v;
           }
@@ -209,5 +223,10 @@ void CpuKernels::argmax_impl(const TensorRef& x, const TensorRef& y) {
     });
   });
 }
+
+}  // namespace
+
+void CpuKernels::argmax_impl(const TensorRef& x, const TensorRef& y) { arg_reduce<false>(x, y); }
+void CpuKernels::argmin_impl(const TensorRef& x, const TensorRef& y) { arg_reduce<true>(x, y); }
 
 }  // namespace demi::backend::cpu

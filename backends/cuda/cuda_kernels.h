@@ -83,6 +83,10 @@ class CudaKernels final : public Kernels {
   // embedding.cu
   void embedding_forward_impl(const EmbeddingArgs& args) override;
   void embedding_backward_impl(const EmbeddingArgs& args) override;
+  // reduce.cu
+  void argmin_impl(const TensorRef& x, const TensorRef& y) override;
+  // elementwise.cu
+  void where_impl(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y) override;
 
  public:
   // memory.cu: a device buffer of at least `bytes` for a library call's scratch (cuBLASLt, cuDNN),

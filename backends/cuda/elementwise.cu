@@ -1,4 +1,4 @@
-// Element-wise kernels on CUDA: fill, cast, unary and (broadcasting) binary, with the CPU backend's
+// Element-wise kernels on CUDA: fill, cast, unary, (broadcasting) binary and where, with the CPU backend's
 // semantics (backends/kernels.h). Half types are computed in fp32 and rounded once on store. One
 // kernel per dtype with the op as a uniform runtime switch: these loops are memory-bound, and it
 // keeps the instantiations (and the compile time of every CI run) small.
@@ -41,6 +41,10 @@ __device__ inline A unary_op(UnaryKind kind, A x, A alpha, A beta) {
       const A low = x < alpha ? alpha : x;
       return low > beta ? beta : low;
     }
+    case UnaryKind::Abs:  // the sign bit cleared: |-0| = +0, NaN stays NaN
+      if constexpr (std::is_same_v<A, float>) return ::fabsf(x);
+      else return ::fabs(x);
+    case UnaryKind::Sign: return A(x > A(0)) - A(x < A(0));  // two compares: NaN gives 0, as PyTorch
   }
   return x;
 }
@@ -112,32 +116,49 @@ __global__ void binary_kernel(BinaryKind kind, const T* a, const T* b, T* y, int
     y[i] = Narrow<T>::from(binary_op(kind, widen(a[i]), widen(b[i])));
 }
 
-// y's extents after coalescing, innermost first, with a's and b's element strides along each
-// (0 where that operand is broadcast).
-template <typename Index>
+// y's extents after coalescing, innermost first, with each of N operands' element strides along
+// each (0 where that operand is broadcast).
+template <typename Index, int N>
 struct BroadcastIndex {
   int rank = 0;
   Index extent[kMaxDims] = {};
-  Index stride_a[kMaxDims] = {};
-  Index stride_b[kMaxDims] = {};
+  Index stride[N][kMaxDims] = {};
+
+  // The operands' element offsets of y's element i (row-major).
+  __device__ void offsets(Index i, Index (&offset)[N]) const {
+#pragma unroll
+    for (int k = 0; k < N; ++k) offset[k] = 0;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {  // unrolled: the parameter arrays stay statically indexed
+      if (d == rank) break;
+      const Index coord = i % extent[d];
+      i /= extent[d];
+#pragma unroll
+      for (int k = 0; k < N; ++k) offset[k] += coord * stride[k][d];
+    }
+  }
 };
 
 // y[i] = op(a[offset_a(i)], b[offset_b(i)]) for i in [0, n) = y's elements in row-major order.
 // Index is uint32_t when n < 2^31 (its divisions are several times cheaper than int64's).
 template <typename T, typename Index>
 __global__ void binary_broadcast_kernel(BinaryKind kind, const T* a, const T* b, T* y, Index n,
-                                        BroadcastIndex<Index> ix) {
+                                        BroadcastIndex<Index, 2> ix) {
   for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x) {
-    Index rest = i, offset_a = 0, offset_b = 0;
-#pragma unroll
-    for (int d = 0; d < kMaxDims; ++d) {  // unrolled: the parameter arrays stay statically indexed
-      if (d == ix.rank) break;
-      const Index coord = rest % ix.extent[d];
-      rest /= ix.extent[d];
-      offset_a += coord * ix.stride_a[d];
-      offset_b += coord * ix.stride_b[d];
-    }
-    y[i] = Narrow<T>::from(binary_op(kind, widen(a[offset_a]), widen(b[offset_b])));
+    Index offset[2];
+    ix.offsets(i, offset);
+    y[i] = Narrow<T>::from(binary_op(kind, widen(a[offset[0]]), widen(b[offset[1]])));
+  }
+}
+
+// y[i] = cond[offset_c(i)] ? a[offset_a(i)] : b[offset_b(i)], element bits of width Bits copied.
+template <typename Bits, typename Index>
+__global__ void where_kernel(const uint8_t* cond, const Bits* a, const Bits* b, Bits* y, Index n,
+                             BroadcastIndex<Index, 3> ix) {
+  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x) {
+    Index offset[3];
+    ix.offsets(i, offset);
+    y[i] = cond[offset[0]] ? a[offset[1]] : b[offset[2]];
   }
 }
 
@@ -175,34 +196,33 @@ std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& y, const cha
   return strides;
 }
 
-// y's dimensions, innermost first, without extents of 1 and with neighbours merged wherever both
-// operands stay linear across them: [N, C, H, W] + [C, 1, 1] becomes [N, C, H*W] + [C, 1].
-template <typename Index>
-BroadcastIndex<Index> coalesce(const Shape& y, const std::vector<int64_t>& sa, const std::vector<int64_t>& sb,
-                               const char* op) {
-  struct Dim { int64_t extent, stride_a, stride_b; };
+// y's dimensions, innermost first, without extents of 1 and with neighbours merged wherever every
+// operand stays linear across them: [N, C, H, W] + [C, 1, 1] becomes [N, C, H*W] + [C, 1].
+template <typename Index, int N>
+BroadcastIndex<Index, N> coalesce(const Shape& y, const std::vector<int64_t> (&strides)[N], const char* op) {
+  struct Dim {
+    int64_t extent, stride[N];
+  };
   std::vector<Dim> dims;
   for (size_t k = y.size(); k-- > 0;) {
     if (y[k] == 1) continue;
-    const Dim d{y[k], sa[k], sb[k]};
-    if (!dims.empty()) {
-      Dim& inner = dims.back();
-      if (d.stride_a == inner.stride_a * inner.extent && d.stride_b == inner.stride_b * inner.extent) {
-        inner.extent *= d.extent;
-        continue;
-      }
+    Dim d{y[k], {}};
+    bool merge = !dims.empty();
+    for (int j = 0; j < N; ++j) {
+      d.stride[j] = strides[j][k];
+      merge = merge && d.stride[j] == dims.back().stride[j] * dims.back().extent;
     }
-    dims.push_back(d);
+    if (merge) dims.back().extent *= d.extent;
+    else dims.push_back(d);
   }
   DEMI_CHECK(dims.size() <= static_cast<size_t>(kMaxDims), op, ": y's shape ", y, " needs ", dims.size(),
              " dimensions after merging, the CUDA backend handles up to ", kMaxDims,
              "; reshape the operands to fewer dimensions");
-  BroadcastIndex<Index> ix;
+  BroadcastIndex<Index, N> ix;
   ix.rank = static_cast<int>(dims.size());
   for (size_t d = 0; d < dims.size(); ++d) {
     ix.extent[d] = static_cast<Index>(dims[d].extent);
-    ix.stride_a[d] = static_cast<Index>(dims[d].stride_a);
-    ix.stride_b[d] = static_cast<Index>(dims[d].stride_b);
+    for (int j = 0; j < N; ++j) ix.stride[j][d] = static_cast<Index>(dims[d].stride[j]);
   }
   return ix;
 }
@@ -314,8 +334,8 @@ void CudaKernels::unary_impl(UnaryKind kind, const TensorRef& x, const TensorRef
 // broadcast shape; a, b and y share a floating dtype. Same-shape operands take a flat loop.
 void CudaKernels::binary_impl(BinaryKind kind, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
   const char* op = binary_name(kind);
-  const std::vector<int64_t> sa = broadcast_strides(a.shape, y.shape, op, "a");
-  const std::vector<int64_t> sb = broadcast_strides(b.shape, y.shape, op, "b");
+  const std::vector<int64_t> strides[2] = {broadcast_strides(a.shape, y.shape, op, "a"),
+                                           broadcast_strides(b.shape, y.shape, op, "b")};
   const int64_t n = y.numel();
   dispatch_floating(y.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -327,17 +347,60 @@ void CudaKernels::binary_impl(BinaryKind kind, const TensorRef& a, const TensorR
       DEMI_CUDA_LAUNCH_CHECK("binary_kernel");
     } else if (n < (int64_t{1} << 31)) {
       // Built before the launch: a throw between <<<>>> and the call would strand its configuration.
-      const BroadcastIndex<uint32_t> ix = coalesce<uint32_t>(y.shape, sa, sb, op);
+      const BroadcastIndex<uint32_t, 2> ix = coalesce<uint32_t, 2>(y.shape, strides, op);
       binary_broadcast_kernel<T, uint32_t><<<blocks, kThreads, 0, stream_>>>(
           kind, a.as<const T>(), b.as<const T>(), y.as<T>(), static_cast<uint32_t>(n), ix);
       DEMI_CUDA_LAUNCH_CHECK("binary_broadcast_kernel");
     } else {
-      const BroadcastIndex<int64_t> ix = coalesce<int64_t>(y.shape, sa, sb, op);
+      const BroadcastIndex<int64_t, 2> ix = coalesce<int64_t, 2>(y.shape, strides, op);
       binary_broadcast_kernel<T, int64_t><<<blocks, kThreads, 0, stream_>>>(
           kind, a.as<const T>(), b.as<const T>(), y.as<T>(), n, ix);
       DEMI_CUDA_LAUNCH_CHECK("binary_broadcast_kernel");
     }
   });
+}
+
+}  // namespace demi::backend::cuda
+
+namespace demi::backend::cuda {
+
+namespace {
+
+template <typename Bits>
+void launch_where(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y,
+                  const std::vector<int64_t> (&strides)[3], unsigned blocks, cudaStream_t stream) {
+  const int64_t n = y.numel();
+  // Each index plan built before its launch: a throw between <<<>>> and the call would strand it.
+  if (n < (int64_t{1} << 31)) {
+    const BroadcastIndex<uint32_t, 3> ix = coalesce<uint32_t, 3>(y.shape, strides, "where");
+    where_kernel<Bits, uint32_t><<<blocks, kThreads, 0, stream>>>(
+        cond.as<const uint8_t>(), a.as<const Bits>(), b.as<const Bits>(), y.as<Bits>(), static_cast<uint32_t>(n), ix);
+  } else {
+    const BroadcastIndex<int64_t, 3> ix = coalesce<int64_t, 3>(y.shape, strides, "where");
+    where_kernel<Bits, int64_t><<<blocks, kThreads, 0, stream>>>(
+        cond.as<const uint8_t>(), a.as<const Bits>(), b.as<const Bits>(), y.as<Bits>(), n, ix);
+  }
+  DEMI_CUDA_LAUNCH_CHECK("where_kernel");
+}
+
+}  // namespace
+
+// where: cond (uint8), a and b broadcast to y's shape; a, b and y share any dtype, copied by width.
+void CudaKernels::where_impl(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
+  const std::vector<int64_t> strides[3] = {broadcast_strides(cond.shape, y.shape, "where", "cond"),
+                                           broadcast_strides(a.shape, y.shape, "where", "a"),
+                                           broadcast_strides(b.shape, y.shape, "where", "b")};
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  const DeviceGuard guard(index_);
+  const unsigned blocks = blocks_for(n, kThreads);
+  switch (dtype_size(y.dtype)) {
+    case 1: return launch_where<uint8_t>(cond, a, b, y, strides, blocks, stream_);
+    case 2: return launch_where<uint16_t>(cond, a, b, y, strides, blocks, stream_);
+    case 4: return launch_where<uint32_t>(cond, a, b, y, strides, blocks, stream_);
+    case 8: return launch_where<unsigned long long>(cond, a, b, y, strides, blocks, stream_);
+  }
+  DEMI_THROW("where: no kernel for ", dtype_size(y.dtype), "-byte elements (", y.dtype, ")");
 }
 
 }  // namespace demi::backend::cuda

@@ -1,4 +1,4 @@
-// Reductions (sum, mean, max) on CUDA into a keepdim-shaped y, and argmax, with the CPU backend's
+// Reductions (sum, mean, max, min) on CUDA into a keepdim-shaped y, and argmax / argmin, with the CPU backend's
 // semantics.
 // x is viewed, after merging neighbouring kept / reduced dims, as outputs x R reduced elements;
 // every dtype accumulates in double as on the CPU (free here: the loops are memory-bound), and
@@ -33,12 +33,17 @@ constexpr int64_t kRunChunk = 8192;
 constexpr int64_t kManyColumns = 65536;
 constexpr int64_t kColumnChunk = 64;
 
-// Sum (and mean) add; max keeps the larger value and, like the CPU and PyTorch, propagates NaN.
+// Sum (and mean) add; max and min keep the larger / smaller value and, like the CPU and PyTorch,
+// propagate NaN.
 struct Combine {
-  bool is_max;
-  __device__ double identity() const { return is_max ? -CUDART_INF : 0.0; }
+  ReduceKind kind;
+  __device__ double identity() const {
+    return kind == ReduceKind::Max ? -CUDART_INF : kind == ReduceKind::Min ? CUDART_INF : 0.0;
+  }
   __device__ double operator()(double acc, double v) const {
-    return is_max ? ((v > acc || isnan(v)) ? v : acc) : acc + v;
+    if (kind == ReduceKind::Max) return (v > acc || isnan(v)) ? v : acc;
+    if (kind == ReduceKind::Min) return (v < acc || isnan(v)) ? v : acc;
+    return acc + v;
   }
 };
 
@@ -152,17 +157,18 @@ __global__ void reduce_partials_kernel(const double* partial, int64_t outputs, i
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// argmax over R of x [O, R, I]: one thread per output (o, i), walking R; the first maximum wins
-// and a NaN is the maximum, as on the CPU. Outputs are few (a batch of rows): no need to split R.
-template <typename T>
-__global__ void argmax_kernel(const T* x, int64_t O, int64_t R, int64_t I, int64_t* y) {
+// argmax (argmin) over R of x [O, R, I]: one thread per output (o, i), walking R; the first maximum
+// (minimum) wins and a NaN is the extreme, as on the CPU. Outputs are few (a batch of rows): no need
+// to split R.
+template <typename T, bool kMin>
+__global__ void arg_reduce_kernel(const T* x, int64_t O, int64_t R, int64_t I, int64_t* y) {
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < O * I; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t base = (t / I) * R * I + t % I;
     int64_t best = 0;
     double best_value = load(x, base);
     for (int64_t r = 1; r < R && !isnan(best_value); ++r) {
       const double v = load(x, base + r * I);
-      if (v > best_value || isnan(v)) {
+      if ((kMin ? v < best_value : v > best_value) || isnan(v)) {
         best = r;
         best_value = v;
       }
@@ -171,19 +177,24 @@ __global__ void argmax_kernel(const T* x, int64_t O, int64_t R, int64_t I, int64
   }
 }
 
-}  // namespace
-
-// argmax: x [O, R, I] floating -> y [O, 1, I] int64.
-void CudaKernels::argmax_impl(const TensorRef& x, const TensorRef& y) {
+// argmax / argmin on device k: x [O, R, I] floating -> y [O, 1, I] int64.
+template <bool kMin>
+void arg_reduce(const CudaKernels& k, const TensorRef& x, const TensorRef& y) {
   const int64_t O = x.shape[0], R = x.shape[1], I = x.shape[2];
   if (y.numel() == 0) return;
-  const DeviceGuard guard(index_);
-  dispatch_floating(x.dtype, "argmax", [&](auto tag) {
+  const DeviceGuard guard(k.index());
+  dispatch_floating(x.dtype, kMin ? "argmin" : "argmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    argmax_kernel<T><<<blocks_for(O * I, kThreads), kThreads, 0, stream_>>>(x.as<const T>(), O, R, I, y.as<int64_t>());
-    DEMI_CUDA_LAUNCH_CHECK("argmax_kernel");
+    arg_reduce_kernel<T, kMin><<<k.blocks_for(O * I, kThreads), kThreads, 0, k.stream()>>>(x.as<const T>(), O, R, I,
+                                                                                          y.as<int64_t>());
+    DEMI_CUDA_LAUNCH_CHECK("arg_reduce_kernel");
   });
 }
+
+}  // namespace
+
+void CudaKernels::argmax_impl(const TensorRef& x, const TensorRef& y) { arg_reduce<false>(*this, x, y); }
+void CudaKernels::argmin_impl(const TensorRef& x, const TensorRef& y) { arg_reduce<true>(*this, x, y); }
 
 // reduce: x [d0, ..., dn) of a floating dtype -> y of x's rank with each reduced dim of extent 1
 // (or 0-d for a full reduction), of any floating dtype.
@@ -225,7 +236,7 @@ void CudaKernels::reduce_impl(ReduceKind kind, const TensorRef& x, const TensorR
   }
   g.splits = ceil_div(R, g.chunk);
 
-  const Combine op{kind == ReduceKind::Max};
+  const Combine op{kind == ReduceKind::Mean ? ReduceKind::Sum : kind};
   ReduceOutput out;
   out.y = y.data;
   out.dtype = y.dtype;

@@ -56,6 +56,8 @@ class NullKernels final : public Kernels {
   void dropout_impl(const DropoutArgs&, const DropoutMask&) override { ++calls; }
   void embedding_forward_impl(const EmbeddingArgs&) override { ++calls; }
   void embedding_backward_impl(const EmbeddingArgs&) override { ++calls; }
+  void argmin_impl(const TensorRef&, const TensorRef&) override { ++calls; }
+  void where_impl(const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&) override { ++calls; }
 };
 
 // Host memory the refs point at (the checks read shapes and dtypes, never the values).
@@ -80,6 +82,11 @@ std::vector<BadCase> bad_cases() {
        [](Kernels& k) { k.binary(BinaryKind::Add, ref({1, 3}), ref_at(1, {2, 3}), ref({2, 3})); }},
       {"reduce shape", [](Kernels& k) { k.reduce(ReduceKind::Sum, ref({2, 3}), ref_at(1, {3, 1})); }},
       {"argmax dtype", [](Kernels& k) { k.argmax(ref({2, 3, 1}), ref_at(1, {2, 1, 1})); }},
+      {"argmin empty", [](Kernels& k) { k.argmin(ref({2, 0, 1}), ref_at(1, {2, 1, 1}, DType::I64)); }},
+      {"reduce min empty", [](Kernels& k) { k.reduce(ReduceKind::Min, ref({2, 0}), ref_at(1, {2, 1})); }},
+      {"where cond dtype", [](Kernels& k) { k.where(ref({3}), ref_at(1, {3}), ref_at(2, {3}), ref_at(3, {3})); }},
+      {"where broadcast",
+       [](Kernels& k) { k.where(ref({3}, DType::U8), ref_at(1, {2}), ref_at(2, {3}), ref_at(3, {3})); }},
       {"permute dims", [](Kernels& k) { k.permute(ref({2, 3}), ref_at(1, {3, 2}), {0, 0}); }},
       {"gemm dtypes",
        [](Kernels& k) {
@@ -224,7 +231,8 @@ TEST(KernelContract, GoodArgumentsReachTheBackend) {
   null.unary(UnaryKind::Relu, ref({3}), ref_at(1, {3}));
   null.reduce(ReduceKind::Sum, ref({2, 3}), ref_at(1, {2, 1}));
   null.permute(ref({2, 3}), ref_at(1, {3, 2}), {1, 0});
-  EXPECT_EQ(null.calls, 3);
+  null.where(ref({3}, DType::U8), ref_at(1, {2, 3}), ref_at(2, {}), ref_at(3, {2, 3}));
+  EXPECT_EQ(null.calls, 4);
 }
 
 TEST(KernelContract, TheCpuSupportsEveryFamily) {

@@ -216,6 +216,8 @@ const UnaryCase kUnaryCases[] = {
     {"clamp", UnaryKind::Clamp, -0.5, 1.25, -3, 3},
     {"clamp min only", UnaryKind::Clamp, 0.5, INFINITY, -3, 3},
     {"clamp min > max gives max", UnaryKind::Clamp, 1.0, -1.0, -3, 3},
+    {"abs", UnaryKind::Abs, 0, 0, -3, 3},
+    {"sign", UnaryKind::Sign, 0, 0, -3, 3},
 };
 
 double unary_ref(const UnaryCase& c, double x) {
@@ -230,6 +232,8 @@ double unary_ref(const UnaryCase& c, double x) {
     case UnaryKind::Affine: return c.alpha * x + c.beta;
     case UnaryKind::DivScalar: return x / c.alpha;
     case UnaryKind::Clamp: return std::min(std::max(x, c.alpha), c.beta);
+    case UnaryKind::Abs: return std::fabs(x);
+    case UnaryKind::Sign: return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
   }
   return 0.0;
 }
@@ -306,6 +310,13 @@ TEST_P(CpuUnary, SpecialValues) {
     expect_close(y, {nan, inf, nan, -inf, nan}, rounded(dtype));
     cpu().unary(UnaryKind::Clamp, x.ref(), y.ref(), -0.5, 2.0);
     expect_close(y, {nan, 2.0, -0.5, 0.0, -0.5}, rounded(dtype));
+    cpu().unary(UnaryKind::Abs, x.ref(), y.ref());
+    expect_close(y, {nan, inf, inf, 0.0, 1.0}, rounded(dtype));
+    cpu().unary(UnaryKind::Sign, x.ref(), y.ref());  // PyTorch's sign: 0 at NaN
+    expect_close(y, {0.0, 1.0, -1.0, 0.0, -1.0}, rounded(dtype));
+    x.set(3, -0.0);
+    cpu().unary(UnaryKind::Abs, x.ref(), y.ref());
+    EXPECT_FALSE(std::signbit(y.get(3))) << "|-0| is +0";
   }
   HostTensor a({3}, DType::F32), b({4}, DType::F32), c({3}, DType::F16);
   EXPECT_THROW(cpu().unary(UnaryKind::Neg, a.ref(), b.ref()), demi::Error);

@@ -1,5 +1,6 @@
-// Tests for backends/cpu/reduce.cpp: sum, mean and max over every kept/reduced pattern against a
-// long-double reference, wider outputs, accuracy of long fp32 sums and thread-count independence.
+// Tests for backends/cpu/reduce.cpp: sum, mean, max and min over every kept/reduced pattern against a
+// long-double reference, wider outputs, accuracy of long fp32 sums and thread-count independence;
+// min and argmin (first minimum, NaN as the minimum) once per ISA level.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/isa_test.h"
 #include "backends/kernels.h"
 #include "support/host_tensor.h"
 
@@ -27,7 +29,8 @@ std::vector<double> reduce_ref(ReduceKind kind, const std::vector<double>& x, co
   const Shape ys = ys_in.empty() ? Shape(xs.size(), 1) : ys_in;
   const int64_t outputs = demi::shape_numel(ys);
   const int64_t count = outputs == 0 ? 0 : static_cast<int64_t>(x.size()) / outputs;
-  std::vector<long double> acc(static_cast<size_t>(outputs), kind == ReduceKind::Max ? -INFINITY : 0.0L);
+  const long double init = kind == ReduceKind::Max ? -INFINITY : kind == ReduceKind::Min ? INFINITY : 0.0L;
+  std::vector<long double> acc(static_cast<size_t>(outputs), init);
   for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
     int64_t rest = i, out = 0, stride = 1;
     for (size_t d = xs.size(); d-- > 0;) {
@@ -37,6 +40,7 @@ std::vector<double> reduce_ref(ReduceKind kind, const std::vector<double>& x, co
       stride *= ys[d];
     }
     if (kind == ReduceKind::Max) acc[out] = std::max<long double>(acc[out], x[i]);
+    else if (kind == ReduceKind::Min) acc[out] = std::min<long double>(acc[out], x[i]);
     else acc[out] += x[i];
   }
   std::vector<double> ref(acc.size());
@@ -76,13 +80,13 @@ const DtypePair kDtypes[] = {{DType::F32, DType::F32},  {DType::F64, DType::F64}
                              {DType::BF16, DType::BF16}, {DType::F16, DType::F32}, {DType::BF16, DType::F32}};
 
 std::string kind_name(ReduceKind k) {
-  return k == ReduceKind::Sum ? "sum" : k == ReduceKind::Mean ? "mean" : "max";
+  return k == ReduceKind::Sum ? "sum" : k == ReduceKind::Mean ? "mean" : k == ReduceKind::Max ? "max" : "min";
 }
 
 TEST(CpuReduce, MatchesReferenceForEveryPattern) {
   std::mt19937 rng(11);
   for (const ReduceCase& c : kCases) {
-    for (ReduceKind kind : {ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max}) {
+    for (ReduceKind kind : {ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max, ReduceKind::Min}) {
       for (const DtypePair& dt : kDtypes) {
         SCOPED_TRACE(std::string(c.name) + ", " + kind_name(kind) + ", " + demi::dtype_name(dt.x) + " -> " +
                      demi::dtype_name(dt.y));
@@ -156,6 +160,69 @@ TEST(CpuReduce, RejectsBadShapes) {
   }
   EXPECT_THROW(cpu().reduce(ReduceKind::Sum, x.ref(), rank.ref()), demi::Error);
   EXPECT_THROW(cpu().reduce(ReduceKind::Sum, x.ref(), i64.ref()), demi::Error);
+}
+
+class CpuExtremes : public demi_test::IsaFixture<demi_test::Level> {};
+INSTANTIATE_TEST_SUITE_P(Isa, CpuExtremes, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
+
+TEST_P(CpuExtremes, MinOverEveryPatternPropagatesNan) {
+  std::mt19937 rng(13);
+  for (const ReduceCase& c : kCases) {
+    for (DType dtype : kFloating) {
+      SCOPED_TRACE(std::string(c.name) + ", " + demi::dtype_name(dtype));
+      HostTensor x(c.x, dtype), y(c.y, dtype);
+      const std::vector<double> vx = x.randomize(rng, -3.0, 3.0);
+      cpu().reduce(ReduceKind::Min, x.ref(), y.ref());
+      expect_close(y, reduce_ref(ReduceKind::Min, vx, c.x, c.y), kExact);  // a minimum is one of the values
+    }
+  }
+  HostTensor x({2, 3}, DType::F32), y({2, 1}, DType::F32);
+  const double values[] = {1, std::nan(""), -3, 4, -INFINITY, 5};
+  for (int i = 0; i < 6; ++i) x.set(i, values[i]);
+  cpu().reduce(ReduceKind::Min, x.ref(), y.ref());
+  EXPECT_TRUE(std::isnan(y.get(0))) << "min propagates NaN";
+  EXPECT_EQ(y.get(1), -INFINITY);
+  HostTensor empty({0, 3}, DType::F32), col({1, 3}, DType::F32);
+  EXPECT_THROW(cpu().reduce(ReduceKind::Min, empty.ref(), col.ref()), demi::Error);
+}
+
+TEST_P(CpuExtremes, ArgminFirstMinimumAndNaN) {
+  const double nan = std::nan("");
+  for (DType dtype : kFloating) {
+    SCOPED_TRACE(demi::dtype_name(dtype));
+    // x [2, 4, 1]: row 0 has a tie at 1 and 3; row 1 a NaN at 2
+    HostTensor x({2, 4, 1}, dtype), y({2, 1, 1}, DType::I64);
+    const double values[] = {0.5, -3.0, 1.0, -3.0, 1.0, 2.0, nan, -9.0};
+    for (int i = 0; i < 8; ++i) x.set(i, values[i]);
+    cpu().argmin(x.ref(), y.ref());
+    EXPECT_EQ(y.get(0), 1);
+    EXPECT_EQ(y.get(1), 2);
+    HostTensor cols({1, 2, 4}, dtype), yc({1, 1, 4}, DType::I64);
+    for (int i = 0; i < 8; ++i) cols.set(i, values[i]);
+    cpu().argmin(cols.ref(), yc.ref());
+    expect_close(yc, {0, 0, 1, 1}, kExact);  // 0.5<1, -3<2, 1 vs NaN, -3>-9
+  }
+  std::mt19937 rng(5);
+  HostTensor big({3, 1000, 7}, DType::F32), y({3, 1, 7}, DType::I64);
+  const std::vector<double> v = big.randomize(rng, -1.0, 1.0);
+  cpu().argmin(big.ref(), y.ref());
+  for (int64_t o = 0; o < 3; ++o) {
+    for (int64_t i = 0; i < 7; ++i) {
+      int64_t best = 0;
+      for (int64_t r = 1; r < 1000; ++r) {
+        if (v[static_cast<size_t>((o * 1000 + r) * 7 + i)] < v[static_cast<size_t>((o * 1000 + best) * 7 + i)]) best = r;
+      }
+      EXPECT_EQ(y.get(o * 7 + i), best);
+    }
+  }
+  HostTensor empty({2, 0, 1}, DType::F32), ye({2, 1, 1}, DType::I64);
+  try {
+    cpu().argmin(empty.ref(), ye.ref());
+    FAIL() << "expected demi::Error";
+  } catch (const demi::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("argmin: x [2, 0, 1] has no elements along the reduced dim"),
+              std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -156,6 +156,8 @@ TEST(CudaElementwise, UnaryMatchesReferenceAndCpu) {
       {"affine", UnaryKind::Affine, -2, 0.5, [](double x) { return -2 * x + 0.5; }, false},
       {"clamp", UnaryKind::Clamp, -1, 1.5, [](double x) { return std::min(std::max(x, -1.0), 1.5); }, false},
       {"clamp min > max", UnaryKind::Clamp, 1, -1, [](double x) { return std::min(std::max(x, 1.0), -1.0); }, false},
+      {"abs", UnaryKind::Abs, 0, 0, [](double x) { return std::fabs(x); }, false},
+      {"sign", UnaryKind::Sign, 0, 0, [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; }, false},
   };
   for (const UnaryCase& c : cases) {
     for (const DType dtype : kFloatDTypes) {

@@ -1,4 +1,4 @@
-// Pins backends/cuda/reduce.cu: sum, mean and max on cuda:0 against the CPU backend for every
+// Pins backends/cuda/reduce.cu: sum, mean, max and min on cuda:0 against the CPU backend for every
 // reduced-dims pattern of [2, 3, 5, 7], the batch-norm / bias-gradient patterns, long rows, columns
 // and full reductions on each code path (warp, block, split chunks), every floating dtype pair,
 // NaN / inf for max, empty reductions, determinism and the errors.
@@ -34,9 +34,11 @@ const std::vector<DTypePair> kSameDTypes = {
 const std::vector<DTypePair> kMixedDTypes = {
     {DType::F16, DType::F32}, {DType::BF16, DType::F32}, {DType::F32, DType::F64}, {DType::F64, DType::F16}};
 
-const ReduceKind kKinds[] = {ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max};
+const ReduceKind kKinds[] = {ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max, ReduceKind::Min};
 
-std::string kind_name(ReduceKind k) { return k == ReduceKind::Sum ? "sum" : k == ReduceKind::Mean ? "mean" : "max"; }
+std::string kind_name(ReduceKind k) {
+  return k == ReduceKind::Sum ? "sum" : k == ReduceKind::Mean ? "mean" : k == ReduceKind::Max ? "max" : "min";
+}
 
 std::vector<ReduceCase> all_patterns_of(const Shape& x) {
   std::vector<ReduceCase> cases;
@@ -99,7 +101,7 @@ void check_case(const ReduceCase& c, const std::vector<DTypePair>& pairs, unsign
       const std::vector<double> want = run_cpu(kind, x_bytes, c.x, dt.x, c.y, dt.y);
       const std::vector<double> got = run_gpu(kind, x_bytes, c.x, dt.x, c.y, dt.y);
       const std::vector<double> abs_scale =
-          kind == ReduceKind::Max ? std::vector<double>(want.size(), 0.0)
+          kind == ReduceKind::Max || kind == ReduceKind::Min ? std::vector<double>(want.size(), 0.0)
                                   : run_cpu(kind, abs_bytes, c.x, DType::F64, c.y, DType::F64);
       expect_close(got, want, reduction_tolerance(dt.y, abs_scale), name.str());
     }
@@ -161,6 +163,7 @@ TEST(CudaReduce, EmptyReductionIsZeroSumNaNMeanAndMaxThrows) {
       }
     }
     EXPECT_THROW(run_gpu(ReduceKind::Max, none, xs, dtype, ys, dtype), Error);
+    EXPECT_THROW(run_gpu(ReduceKind::Min, none, xs, dtype, ys, dtype), Error);
   }
 }
 
@@ -189,6 +192,10 @@ TEST(CudaReduce, MaxPropagatesNaNAndKeepsInfinities) {
     expect_close(columns, run_cpu(ReduceKind::Max, x, {4, 6}, dtype, {1, 6}, dtype), device_math(dtype),
                  "max over columns");
     EXPECT_TRUE(std::isnan(run_gpu(ReduceKind::Max, x, {4, 6}, dtype, {}, dtype)[0]));
+    const std::vector<double> lows = run_gpu(ReduceKind::Min, x, {4, 6}, dtype, {4, 1}, dtype);
+    EXPECT_TRUE(std::isnan(lows[1])) << lows[1];
+    EXPECT_EQ(lows[3], -inf);
+    expect_close(lows, run_cpu(ReduceKind::Min, x, {4, 6}, dtype, {4, 1}, dtype), device_math(dtype), "min over rows");
     // The sum of a row holding +inf is +inf; with a NaN, NaN.
     const std::vector<double> sums = run_gpu(ReduceKind::Sum, x, {4, 6}, dtype, {4, 1}, dtype);
     EXPECT_TRUE(std::isnan(sums[1]));
@@ -205,30 +212,38 @@ TEST(CudaReduce, MaxPropagatesNaNAndKeepsInfinities) {
   }
 }
 
-// argmax over the middle dim of [O, R, I]: the first maximum, NaN the maximum, as the CPU.
-TEST(CudaReduce, ArgmaxMatchesTheCpu) {
+// argmax and argmin over the middle dim of [O, R, I]: the first extreme, NaN the extreme, as the CPU.
+TEST(CudaReduce, ArgmaxAndArgminMatchTheCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<Shape> shapes = {{1, 10, 1}, {3, 7, 5}, {64, 10, 1}, {2, 1, 9}, {1, 100003, 1}};
-  for (const Shape& shape : shapes) {
-    for (const DType dtype : kFloatDTypes) {
-      std::ostringstream name;
-      name << "argmax " << shape << " " << dtype;
-      SCOPED_TRACE(name.str());
-      std::vector<double> values = uniform(static_cast<size_t>(shape_numel(shape)), -2.0, 2.0, 3);
-      if (values.size() > 20) {
-        values[4] = values[9] = 5.0;  // a tie: the first wins
-        values[17] = nan;
+  for (const bool is_min : {false, true}) {
+    for (const Shape& shape : shapes) {
+      for (const DType dtype : kFloatDTypes) {
+        std::ostringstream name;
+        name << (is_min ? "argmin " : "argmax ") << shape << " " << dtype;
+        SCOPED_TRACE(name.str());
+        std::vector<double> values = uniform(static_cast<size_t>(shape_numel(shape)), -2.0, 2.0, 3);
+        if (values.size() > 20) {
+          values[4] = values[9] = is_min ? -5.0 : 5.0;  // a tie: the first wins
+          values[17] = nan;
+        }
+        const std::vector<uint8_t> x = encode(values, dtype);
+        const Shape y_shape = {shape[0], 1, shape[2]};
+        const Buffer dx(gpu(), x);
+        Buffer dy(gpu(), static_cast<size_t>(shape_numel(y_shape)) * sizeof(int64_t));
+        std::vector<int64_t> on_cpu(static_cast<size_t>(shape_numel(y_shape)));
+        const TensorRef cx{const_cast<uint8_t*>(x.data()), shape, dtype}, cy{on_cpu.data(), y_shape, DType::I64};
+        if (is_min) {
+          gpu().argmin(dx.ref(shape, dtype), dy.ref(y_shape, DType::I64));
+          cpu().argmin(cx, cy);
+        } else {
+          gpu().argmax(dx.ref(shape, dtype), dy.ref(y_shape, DType::I64));
+          cpu().argmax(cx, cy);
+        }
+        const std::vector<uint8_t> got = dy.read();
+        EXPECT_EQ(std::memcmp(got.data(), on_cpu.data(), got.size()), 0);
       }
-      const std::vector<uint8_t> x = encode(values, dtype);
-      const Shape y_shape = {shape[0], 1, shape[2]};
-      const Buffer dx(gpu(), x);
-      Buffer dy(gpu(), static_cast<size_t>(shape_numel(y_shape)) * sizeof(int64_t));
-      gpu().argmax(dx.ref(shape, dtype), dy.ref(y_shape, DType::I64));
-      std::vector<int64_t> on_cpu(static_cast<size_t>(shape_numel(y_shape)));
-      cpu().argmax(TensorRef{const_cast<uint8_t*>(x.data()), shape, dtype}, TensorRef{on_cpu.data(), y_shape, DType::I64});
-      const std::vector<uint8_t> got = dy.read();
-      EXPECT_EQ(std::memcmp(got.data(), on_cpu.data(), got.size()), 0);
     }
   }
 }
