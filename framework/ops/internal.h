@@ -44,3 +44,9 @@ namespace demi::ops {
 Tensor gemm(const Tensor& a, backend::Transpose trans_a, const Tensor& b, backend::Transpose trans_b,
             const Tensor& bias = Tensor());
 }  // namespace demi::ops
+
+namespace demi::ops {
+// Runs the where kernel into a new tensor of `shape`: cond ? a : b, cond uint8, a and b of one dtype
+// (any), all three broadcasting to shape (not recorded).
+Tensor where_kernel(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape);
+}  // namespace demi::ops

@@ -7,4 +7,5 @@
   X(Sum) X(Mean) X(Reshape) X(Cast) X(ToDevice) X(Matmul) X(Linear) X(Conv2d) X(MaxPool2d)      \
   X(AvgPool2d) X(BatchNorm) X(BatchNormRelu) X(BatchNormGelu) X(Softmax) X(LogSoftmax) X(CrossEntropy) X(Transpose)  \
   X(Clamp) X(Select) X(Cat)                                                                    \
-  X(Dropout) X(Embedding)
+  X(Dropout) X(Embedding)                                                                      \
+  X(Abs) X(Amax) X(Amin) X(MaxDim) X(MinDim) X(Where) X(Permute) X(Expand)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "framework/tensor/generator.h"
@@ -140,5 +141,47 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 // padding_idx (negative counts from the end) gets no gradient. An index outside
 // [0, num_embeddings) is an error naming it and its position.
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx = std::nullopt);
+
+// |x|: the sign bit cleared (|-0| = +0). The gradient is sign(x) * grad_y, 0 at x = 0, as PyTorch.
+Tensor abs(const Tensor& x);
+
+// The largest (smallest) element, a 0-d tensor; NaN when any element is NaN. The gradient is shared
+// evenly among the elements equal to the result (among the NaNs when it is NaN), as PyTorch.
+// Integer tensors are compared as float64 (exact below 2^53) and keep their dtype.
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+// Along dim: the values and the int64 indices of the first maximum (minimum) of each slice, as
+// libtorch's tuple (auto [values, indices] = max(x, 1)); NaN counts as the extreme. The gradient
+// goes to the indexed element.
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+// The maximum (minimum) over dims (all when empty), as sum's dims. The gradient is shared evenly
+// among the elements equal to their slice's result; a slice whose result is NaN gets NaN, as PyTorch.
+Tensor amax(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
+// argmax's twin: the first minimum; NaN counts as the minimum. Not differentiable.
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+
+// cond ? a : b element-wise. cond is a uint8 mask (what comparisons return); cond, a and b broadcast
+// together (numpy rules) and a, b promote as add's operands (a scalar takes the tensor's dtype). A
+// select, not arithmetic: an inf or NaN in the branch not taken stays out. grad_a is grad_y where
+// cond holds, else 0, summed to a's shape; grad_b the other way round.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, double b);
+Tensor where(const Tensor& cond, double a, const Tensor& b);
+// x with `value` where mask (uint8) is 1: where(mask, value, x). mask and x broadcast together. The
+// gradient is 0 where filled.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+
+// Layout (negative dims count from the end, as in PyTorch). permute reorders the dims (y.shape[i] =
+// x.shape[dims[i]]) into a new tensor, a copy like transpose; unsqueeze inserts an extent-1 dim at
+// dim and squeeze removes extent-1 dims (all, or dim if its extent is 1): views sharing x's storage;
+// expand broadcasts x to shape (-1 keeps a dim's extent, new dims lead), a copy: demi tensors have no
+// strides, so writes into the result do not reach x. expand's gradient is summed back to x's shape.
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor expand(const Tensor& x, const Shape& shape);
 
 }  // namespace demi

@@ -36,6 +36,20 @@ Tensor Tensor::lt(const Tensor& other) const { return demi::lt(*this, other); }
 Tensor Tensor::le(const Tensor& other) const { return demi::le(*this, other); }
 Tensor Tensor::gt(const Tensor& other) const { return demi::gt(*this, other); }
 Tensor Tensor::ge(const Tensor& other) const { return demi::ge(*this, other); }
+Tensor Tensor::abs() const { return demi::abs(*this); }
+Tensor Tensor::max() const { return demi::max(*this); }
+Tensor Tensor::min() const { return demi::min(*this); }
+std::tuple<Tensor, Tensor> Tensor::max(int64_t dim, bool keepdim) const { return demi::max(*this, dim, keepdim); }
+std::tuple<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const { return demi::min(*this, dim, keepdim); }
+Tensor Tensor::amax(std::vector<int64_t> dims, bool keepdim) const { return demi::amax(*this, std::move(dims), keepdim); }
+Tensor Tensor::amin(std::vector<int64_t> dims, bool keepdim) const { return demi::amin(*this, std::move(dims), keepdim); }
+Tensor Tensor::argmin(std::optional<int64_t> dim, bool keepdim) const { return demi::argmin(*this, dim, keepdim); }
+Tensor Tensor::masked_fill(const Tensor& mask, double value) const { return demi::masked_fill(*this, mask, value); }
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const { return demi::permute(*this, dims); }
+Tensor Tensor::unsqueeze(int64_t dim) const { return demi::unsqueeze(*this, dim); }
+Tensor Tensor::squeeze() const { return demi::squeeze(*this); }
+Tensor Tensor::squeeze(int64_t dim) const { return demi::squeeze(*this, dim); }
+Tensor Tensor::expand(const Shape& shape) const { return demi::expand(*this, shape); }
 
 namespace {
 

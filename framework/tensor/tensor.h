@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <tuple>
 #include <vector>
 
 #include "backends/kernels.h"
@@ -149,6 +150,21 @@ class Tensor {
   Tensor le(const Tensor& other) const;
   Tensor gt(const Tensor& other) const;
   Tensor ge(const Tensor& other) const;
+  Tensor abs() const;
+  Tensor max() const;
+  Tensor min() const;
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
+  Tensor amax(std::vector<int64_t> dims = {}, bool keepdim = false) const;
+  Tensor amin(std::vector<int64_t> dims = {}, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor masked_fill(const Tensor& mask, double value) const;
+  // permute copies, as transpose; unsqueeze and squeeze are views; expand copies (no strides).
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor expand(const Shape& shape) const;
 
   // In place, into this tensor's storage (its dtype and shape kept: the result of the out-of-place
   // op must have this shape, and is rounded once into this dtype). Refused on a tensor that requires

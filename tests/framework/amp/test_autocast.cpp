@@ -56,6 +56,14 @@ std::map<std::string, std::function<Tensor()>> op_calls() {
       {"cat", [=] { return cat({v, w}); }},
       {"dropout", [=] { return dropout(v, 0.5); }},
       {"embedding", [=] { return embedding(w, labels); }},
+      {"abs", [=] { return abs(v); }},
+      {"amax", [=] { return amax(v, {1}); }},
+      {"amin", [=] { return min(v); }},
+      {"max_dim", [=] { return std::get<0>(max(v, 1)); }},
+      {"min_dim", [=] { return std::get<0>(min(v, 0, true)); }},
+      {"where", [=] { return where(v > 0.0, v, w.slice(0, 4)); }},
+      {"permute", [=] { return permute(x, {0, 2, 3, 1}); }},
+      {"expand", [=] { return expand(v.reshape({4, 1, 5}), {4, 3, 5}); }},
   };
 }
 
@@ -86,6 +94,9 @@ TEST(Autocast, CategoriesFollowPyTorchsLists) {
   for (const char* op : {"batch_norm", "batch_norm_relu", "batch_norm_gelu", "relu", "gelu", "max_pool2d", "avg_pool2d"})
     EXPECT_EQ(amp::autocast_category(op), Category::Unchanged) << op;
   for (const char* op : {"dropout", "embedding"}) EXPECT_EQ(amp::autocast_category(op), Category::Unchanged) << op;
+  for (const char* op : {"abs", "amax", "amin", "max_dim", "min_dim", "permute", "expand"})
+    EXPECT_EQ(amp::autocast_category(op), Category::Unchanged) << op;
+  EXPECT_EQ(amp::autocast_category("where"), Category::Promote);  // two floating values: the wider
   EXPECT_THROW(amp::autocast_category("conv3d"), Error);
   EXPECT_THAT(amp::policy_table(), testing::HasSubstr("conv2d          lower_precision  bfloat16        float16"));
 }

@@ -81,6 +81,18 @@ std::map<std::string, FunctionCase> function_cases() {
       {"gt", {"", [=](DType t) { return gt(v.to(t), w.slice(0, 4).to(t)); }, DType::U8}},
       {"ge", {"", [=](DType t) { return ge(v.to(t), 0.5); }, DType::U8}},
       {"argmax", {"", [=](DType t) { return argmax(v.to(t), 1); }, DType::I64}},
+      {"abs", {"abs", [=](DType t) { return abs(v.to(t)); }}},
+      {"max", {"amax", [=](DType t) { return max(v.to(t)); }}},
+      {"min", {"amin", [=](DType t) { return min(v.to(t)); }}},
+      {"amax", {"amax", [=](DType t) { return amax(v.to(t), {0}); }}},
+      {"amin", {"amin", [=](DType t) { return amin(v.to(t), {-1}, true); }}},
+      {"argmin", {"", [=](DType t) { return argmin(v.to(t), 1); }, DType::I64}},
+      {"where", {"where", [=](DType t) { return where(v > 0.0, v.to(t), w.slice(0, 4).to(t)); }}},
+      {"masked_fill", {"where", [=](DType t) { return masked_fill(v.to(t), v < 0.0, 0.0); }}},
+      {"permute", {"permute", [=](DType t) { return permute(x.to(t), {3, 2, 1, 0}); }}},
+      {"unsqueeze", {"reshape", [=](DType t) { return unsqueeze(v.to(t), -1); }}},
+      {"squeeze", {"reshape", [=](DType t) { return squeeze(v.reshape({4, 1, 5}).to(t)); }}},
+      {"expand", {"expand", [=](DType t) { return expand(v.to(t), {2, 4, 5}); }}},
   };
 }
 

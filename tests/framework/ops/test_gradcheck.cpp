@@ -49,6 +49,13 @@ Tensor make_input(const Shape& shape, Domain domain, Generator& gen) {
   return x;
 }
 
+// A fixed uint8 mask of `shape`: 1 except at every third element.
+Tensor pattern_mask(const Shape& shape) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = i % 3 == 1 ? 0.0f : 1.0f;
+  return tensor(v, shape, DType::U8);
+}
+
 std::vector<GradCase> cases() {
   const Tensor labels4 = tensor(std::vector<int64_t>{2, 0, 4, 1}, {4});
   const Tensor labels1 = tensor(std::vector<int64_t>{3}, {1});
@@ -149,6 +156,34 @@ std::vector<GradCase> cases() {
   };
 }
 
+// The selections, extremes and layout ops transformer code uses.
+std::vector<GradCase> selection_and_layout_cases() {
+  return {
+      {"abs", "abs", {{4, 5}}, [](auto& in) { return abs(in[0]); }, Domain::AwayFromZero},
+      {"max_all", "amax", {{3, 4}}, [](auto& in) { return max(in[0]); }},
+      {"min_all", "amin", {{7}}, [](auto& in) { return in[0].min(); }},
+      {"amax_dims", "amax", {{2, 3, 4}}, [](auto& in) { return amax(in[0], {0, 2}); }},
+      {"amin_dim_keepdim", "amin", {{3, 4}}, [](auto& in) { return amin(in[0], {-1}, true); }},
+      {"max_dim", "max_dim", {{3, 4, 2}}, [](auto& in) { return std::get<0>(max(in[0], 1)); }},
+      {"min_dim_keepdim", "min_dim", {{3, 4}}, [](auto& in) { return std::get<0>(in[0].min(0, true)); }},
+      {"where_broadcast", "where", {{3, 4}, {4}},
+       [](auto& in) { return where(pattern_mask({2, 1, 4}), in[0], in[1]); }},
+      {"where_scalar", "where", {{2, 3}}, [](auto& in) { return where(pattern_mask({3}), 0.5, in[0]); }},
+      {"masked_fill", "where", {{2, 3}}, [](auto& in) { return masked_fill(in[0], pattern_mask({2, 1}), -1.0); }},
+      {"permute", "permute", {{2, 3, 4}}, [](auto& in) { return permute(in[0], {2, 0, 1}); }},
+      {"unsqueeze_squeeze", "reshape", {{3, 1, 4}},
+       [](auto& in) { return squeeze(in[0]).unsqueeze(0) * in[0].squeeze(1); }},
+      {"expand", "expand", {{3, 1}}, [](auto& in) { return expand(in[0], {2, 3, 4}); }},
+      {"expand_keep", "expand", {{1, 4}}, [](auto& in) { return in[0].expand({3, -1}); }},
+  };
+}
+
+std::vector<GradCase> all_cases() {
+  std::vector<GradCase> all = cases(), more = selection_and_layout_cases();
+  all.insert(all.end(), more.begin(), more.end());
+  return all;
+}
+
 std::string case_name(const testing::TestParamInfo<GradCase>& info) {
   std::string s = info.param.name;
   for (char& c : s) {
@@ -231,11 +266,11 @@ TEST_P(GradCheck, LowerPrecisionForwardMatchesF64) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, GradCheck, testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, GradCheck, testing::ValuesIn(all_cases()), case_name);
 
 TEST(GradCheckCoverage, EveryOpInTheOpTableHasAGradcheckCase) {
   std::set<std::string> covered;
-  for (const GradCase& c : cases()) covered.insert(c.op);
+  for (const GradCase& c : all_cases()) covered.insert(c.op);
   // Checked elsewhere, by exact comparison: a cast's gradient is the incoming gradient rounded to
   // the source dtype (CastGradient below); to_device needs two devices (tests/backends/cuda).
   covered.insert("cast");

@@ -99,6 +99,15 @@ std::vector<OpCase> cases() {
       {"embedding", {{10, 7}}, [](auto& in) {
          return embedding(in[0], tensor(std::vector<int64_t>{3, 9, 3, 0, 3, 5}, {2, 3}).to(in[0].device()));
        }},
+      {"abs", {{33, 17}}, [](auto& in) { return abs(in[0]); }},
+      {"amax", {{6, 5, 7}}, [](auto& in) { return amax(in[0], {0, 2}) + max(in[0]); }},
+      {"amin", {{6, 5, 7}}, [](auto& in) { return amin(in[0], {-1}, true) + min(in[0]); }},
+      {"max_dim", {{6, 5, 7}}, [](auto& in) { return std::get<0>(max(in[0], 1)); }},
+      {"min_dim", {{6, 5, 7}}, [](auto& in) { return std::get<0>(min(in[0], 2, true)); }},
+      // the mask comes from the input, so it is on the input's device
+      {"where", {{5, 1, 7}, {3, 7}}, [](auto& in) { return where(in[1] > 0.0, in[0], in[1]) + masked_fill(in[1], in[1] < -0.5, 0.0); }},
+      {"permute", {{4, 6, 5, 3}}, [](auto& in) { return permute(in[0], {3, 1, 0, 2}) * 2.0; }},
+      {"expand", {{5, 1, 3}}, [](auto& in) { return expand(in[0], {2, 5, 4, 3}) * 2.0; }},
   };
 }
 
