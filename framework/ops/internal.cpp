@@ -2,6 +2,8 @@
 // argument checks whose messages every op shares.
 #include "framework/ops/internal.h"
 
+#include <algorithm>
+
 #include "framework/tensor/factories.h"
 
 namespace demi::ops {
@@ -80,14 +82,19 @@ namespace demi::ops {
 Tensor gemm(const Tensor& a, backend::Transpose trans_a, const Tensor& b, backend::Transpose trans_b,
             const Tensor& bias) {
   using backend::Transpose;
-  const bool batched = a.dim() == 3;
-  const int64_t batch = batched ? a.size(0) : 1;
+  // A 2-D operand, or a 3-D one of batch 1 beside a larger batch, is one matrix the batch shares.
+  const int64_t batch_a = a.dim() == 3 ? a.size(0) : 1, batch_b = b.dim() == 3 ? b.size(0) : 1;
+  const int64_t batch = std::max(batch_a, batch_b);
+  const bool batched = a.dim() == 3 || b.dim() == 3;
   const int64_t m = trans_a == Transpose::No ? a.size(-2) : a.size(-1);
   const int64_t k = trans_a == Transpose::No ? a.size(-1) : a.size(-2);
   const int64_t kb = trans_b == Transpose::No ? b.size(-2) : b.size(-1);
   const int64_t n = trans_b == Transpose::No ? b.size(-1) : b.size(-2);
-  DEMI_INTERNAL_CHECK(k == kb && a.dtype() == b.dtype(), "gemm ", a.shape(), " x ", b.shape());
+  DEMI_INTERNAL_CHECK(k == kb && a.dtype() == b.dtype() && (batch_a == batch || batch_a == 1) &&
+                          (batch_b == batch || batch_b == 1),
+                      "gemm ", a.shape(), " x ", b.shape());
   Tensor c = empty(batched ? Shape{batch, m, n} : Shape{m, n}, a.dtype(), a.device());
+  if (batch == 0) return c;
   backend::GemmArgs args;
   args.a = a.ref();
   args.b = b.ref();
@@ -99,8 +106,8 @@ Tensor gemm(const Tensor& a, backend::Transpose trans_a, const Tensor& b, backen
   args.n = n;
   args.k = k;
   args.batch = batch;
-  args.stride_a = m * k;
-  args.stride_b = b.dim() == 3 ? k * n : 0;
+  args.stride_a = batch_a == 1 && batch > 1 ? 0 : m * k;
+  args.stride_b = b.dim() == 3 && batch_b == batch ? k * n : 0;
   args.stride_c = m * n;
   kernels(a).gemm(args);
   return c;

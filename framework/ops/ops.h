@@ -85,7 +85,10 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
 Tensor select(const Tensor& x, int64_t dim, int64_t index);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 
-// Matrix products: [M, K] @ [K, N], or batched [B, M, K] @ [B, K, N] / [K, N].
+// torch.matmul: [..., M, K] @ [..., K, N] with the batch dims broadcast (numpy rules); a 1-D first
+// operand [K] is taken as [1, K], a 1-D second [K] as [K, 1], and that dim is removed from the result
+// (1-D @ 1-D is a 0-d dot product). A second operand without batch dims ([B, M, K] @ [K, N]) folds
+// the batch into M: one GEMM.
 Tensor matmul(const Tensor& a, const Tensor& b);
 // y = x @ weight^T + bias: x [..., in], weight [out, in], bias [out] (optional).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());

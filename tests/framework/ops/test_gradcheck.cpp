@@ -156,7 +156,7 @@ std::vector<GradCase> cases() {
   };
 }
 
-// The selections, extremes and layout ops transformer code uses.
+// The selections, extremes and layout ops transformer code uses, and matmul's broadcast batches.
 std::vector<GradCase> selection_and_layout_cases() {
   return {
       {"abs", "abs", {{4, 5}}, [](auto& in) { return abs(in[0]); }, Domain::AwayFromZero},
@@ -175,6 +175,12 @@ std::vector<GradCase> selection_and_layout_cases() {
        [](auto& in) { return squeeze(in[0]).unsqueeze(0) * in[0].squeeze(1); }},
       {"expand", "expand", {{3, 1}}, [](auto& in) { return expand(in[0], {2, 3, 4}); }},
       {"expand_keep", "expand", {{1, 4}}, [](auto& in) { return in[0].expand({3, -1}); }},
+      {"matmul_broadcast_batch", "matmul", {{2, 1, 3, 4}, {3, 4, 2}}, [](auto& in) { return matmul(in[0], in[1]); }},
+      {"matmul_shared_first", "matmul", {{3, 4}, {2, 4, 5}}, [](auto& in) { return matmul(in[0], in[1]); }},
+      {"matmul_4d", "matmul", {{2, 2, 3, 4}, {2, 2, 4, 3}}, [](auto& in) { return matmul(in[0], in[1]); }},
+      {"matmul_vector_matrix", "matmul", {{4}, {2, 4, 3}}, [](auto& in) { return matmul(in[0], in[1]); }},
+      {"matmul_matrix_vector", "matmul", {{3, 4}, {4}}, [](auto& in) { return matmul(in[0], in[1]); }},
+      {"matmul_dot", "matmul", {{5}, {5}}, [](auto& in) { return matmul(in[0], in[1]); }},
   };
 }
 

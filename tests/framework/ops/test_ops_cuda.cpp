@@ -108,6 +108,8 @@ std::vector<OpCase> cases() {
       {"where", {{5, 1, 7}, {3, 7}}, [](auto& in) { return where(in[1] > 0.0, in[0], in[1]) + masked_fill(in[1], in[1] < -0.5, 0.0); }},
       {"permute", {{4, 6, 5, 3}}, [](auto& in) { return permute(in[0], {3, 1, 0, 2}) * 2.0; }},
       {"expand", {{5, 1, 3}}, [](auto& in) { return expand(in[0], {2, 5, 4, 3}) * 2.0; }},
+      {"matmul", {{2, 1, 9, 33}, {3, 33, 17}}, [](auto& in) { return matmul(in[0], in[1]); }},
+      {"matmul", {{9, 33}, {3, 33, 17}}, [](auto& in) { return matmul(in[0], in[1]); }},
   };
 }
 
