@@ -9,6 +9,7 @@
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/reduce_dims.h"
+#include "framework/tensor/factories.h"
 
 namespace demi::ops {
 
@@ -31,10 +32,15 @@ struct Extreme {
     const Tensor& x = ctx.saved(0);
     const Tensor& y = ctx.saved(1);
     const DType dtype = grad_y.dtype();
-    Tensor hit = (x == y).to(dtype);
-    if (nan_shares) hit = hit + (x != x).to(dtype) * (y != y).to(dtype);
+    const Tensor share = grad_y.reshape(y.shape());
+    if (!nan_shares) {  // scale_grad_by_count: (grad / count) * mask
+      const Tensor hit = (x == y).to(dtype);
+      return {share / reduce_keepdim(backend::ReduceKind::Sum, hit, dims, dtype) * hit};
+    }
+    // evenly_distribute_backward: grad / count written where the mask holds, +0 elsewhere
+    Tensor hit = (x == y).to(dtype) + (x != x).to(dtype) * (y != y).to(dtype);
     const Tensor count = reduce_keepdim(backend::ReduceKind::Sum, hit, dims, dtype);
-    return {grad_y.reshape(y.shape()) / count * hit};
+    return {where_kernel(hit.to(DType::U8), share / count, zeros({}, dtype, x.device()), x.shape())};
   }
 };
 

@@ -80,7 +80,7 @@ Tensor unary_kernel(backend::UnaryKind kind, const Tensor& x, double alpha, doub
 namespace demi::ops {
 
 Tensor gemm(const Tensor& a, backend::Transpose trans_a, const Tensor& b, backend::Transpose trans_b,
-            const Tensor& bias) {
+            const Tensor& bias, std::optional<DType> out) {
   using backend::Transpose;
   // A 2-D operand, or a 3-D one of batch 1 beside a larger batch, is one matrix the batch shares.
   const int64_t batch_a = a.dim() == 3 ? a.size(0) : 1, batch_b = b.dim() == 3 ? b.size(0) : 1;
@@ -93,7 +93,7 @@ Tensor gemm(const Tensor& a, backend::Transpose trans_a, const Tensor& b, backen
   DEMI_INTERNAL_CHECK(k == kb && a.dtype() == b.dtype() && (batch_a == batch || batch_a == 1) &&
                           (batch_b == batch || batch_b == 1),
                       "gemm ", a.shape(), " x ", b.shape());
-  Tensor c = empty(batched ? Shape{batch, m, n} : Shape{m, n}, a.dtype(), a.device());
+  Tensor c = empty(batched ? Shape{batch, m, n} : Shape{m, n}, out.value_or(a.dtype()), a.device());
   if (batch == 0) return c;
   backend::GemmArgs args;
   args.a = a.ref();

@@ -41,9 +41,10 @@ Tensor unary_kernel(backend::UnaryKind kind, const Tensor& x, double alpha = 0.0
 
 namespace demi::ops {
 // op(a) @ op(b) (+ bias) for 2-D operands, or 3-D ones [batch, ., .]: a 2-D operand, or a 3-D one of
-// batch 1 beside a larger batch, is shared by every product (batch stride 0). One dtype in and out.
+// batch 1 beside a larger batch, is shared by every product (batch stride 0). The result has a's
+// dtype, or `out` (a wider one: half products kept in fp32).
 Tensor gemm(const Tensor& a, backend::Transpose trans_a, const Tensor& b, backend::Transpose trans_b,
-            const Tensor& bias = Tensor());
+            const Tensor& bias = Tensor(), std::optional<DType> out = std::nullopt);
 }  // namespace demi::ops
 
 namespace demi::ops {

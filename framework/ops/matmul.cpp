@@ -4,6 +4,8 @@
 // operand whose batch dims are all 1 shared by every product (batch stride 0), one broadcast only in
 // part expanded first. grad_a = grad_y @ b^T, grad_b = a^T @ grad_y, summed over the batch for a
 // shared operand (expand's gradient sums the others).
+#include <algorithm>
+
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
 
@@ -27,15 +29,18 @@ struct Matmul {
   }
   static TensorList backward(OpContext& ctx, const Tensor& grad_y) {
     const auto& [shape_a, shape_b] = ctx.attrs<std::pair<Shape, Shape>>();
-    return {ctx.needs_grad(0) ? summed_over_batch(gemm(grad_y, Transpose::No, ctx.saved(1), Transpose::Yes), shape_a)
-                              : Tensor(),
-            ctx.needs_grad(1) ? summed_over_batch(gemm(ctx.saved(0), Transpose::Yes, grad_y, Transpose::No), shape_b)
-                              : Tensor()};
+    return {ctx.needs_grad(0) ? operand_grad(grad_y, Transpose::No, ctx.saved(1), Transpose::Yes, shape_a) : Tensor(),
+            ctx.needs_grad(1) ? operand_grad(ctx.saved(0), Transpose::Yes, grad_y, Transpose::No, shape_b) : Tensor()};
   }
-  // The gradient of an operand the batch shared: each product's, summed.
-  static Tensor summed_over_batch(const Tensor& grad, const Shape& shape) {
-    if (grad.shape() == shape) return grad;
-    return reduce_keepdim(backend::ReduceKind::Sum, grad, {0}, grad.dtype()).reshape(shape);
+  // op(l) @ op(r), the gradient of an operand of `shape`. One the batch shared gets every product's,
+  // summed: formed in fp32 (fp64 for fp64) and rounded once into its dtype, as one GEMM over the folded
+  // batch would be (half products rounded one by one cancelled to 10% errors in bf16).
+  static Tensor operand_grad(const Tensor& l, Transpose tl, const Tensor& r, Transpose tr, const Shape& shape) {
+    const int64_t batch = std::max(l.dim() == 3 ? l.size(0) : 1, r.dim() == 3 ? r.size(0) : 1);
+    const bool shared = batch > 1 && (shape.size() < 3 || shape[0] == 1);
+    if (!shared) return gemm(l, tl, r, tr);
+    const Tensor products = gemm(l, tl, r, tr, Tensor(), l.dtype() == DType::F64 ? DType::F64 : DType::F32);
+    return reduce_keepdim(backend::ReduceKind::Sum, products, {0}, l.dtype()).reshape(shape);
   }
 };
 DEMI_REGISTER_OP(Matmul)

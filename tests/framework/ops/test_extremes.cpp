@@ -53,6 +53,11 @@ TEST(Extremes, WholeTensorGradientIsSharedAmongTiesAndAmongNans) {
   // PyTorch's evenly_distribute_backward: a NaN result shares the gradient among the NaNs
   EXPECT_EQ(grad_of(tensor({1, kNan, 2, kNan}, {4}), [](const Tensor& x) { return max(x); }),
             (std::vector<float>{0, 0.5f, 0, 0.5f}));
+  // and it writes +0 elsewhere, whatever the sign of the gradient (amax multiplies: -0 there, as PyTorch)
+  const std::vector<float> negative = grad_of(tensor({1, 3, 2}, {3}), [](const Tensor& x) { return -max(x); });
+  EXPECT_EQ(negative, (std::vector<float>{0, -1, 0}));
+  EXPECT_FALSE(std::signbit(negative[0]));
+  EXPECT_TRUE(std::signbit(grad_of(tensor({1, 3, 2}, {3}), [](const Tensor& x) { return -amax(x, {0}); })[0]));
 }
 
 TEST(Extremes, AmaxAndAminOverDims) {

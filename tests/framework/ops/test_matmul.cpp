@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "framework/demi/demi.h"
 #include "support/error_of.h"
 
@@ -65,6 +67,21 @@ TEST(Matmul, BroadcastsBatchDimsAsTorch) {
     for (size_t i = 0; i < da.size(); ++i) EXPECT_NEAR(da[i], dra[i], 1e-12) << "grad a " << i;
     for (size_t i = 0; i < db.size(); ++i) EXPECT_NEAR(db[i], drb[i], 1e-12) << "grad b " << i;
   }
+}
+
+// The gradient of a matrix the whole batch shares sums every product's: formed in fp32 and rounded
+// once into bf16, as one GEMM over the folded batch (PyTorch's) is; summing per-product bf16
+// roundings left elements 11% off where the products cancel (crosscheck/).
+TEST(Matmul, ASharedMatrixsGradientIsRoundedOnce) {
+  Generator gen(9);
+  const Tensor a = randn({5, 16}, gen).to(DType::BF16), b = randn({8, 16, 12}, gen).to(DType::BF16);
+  const Tensor g = randn({8, 5, 12}, gen).to(DType::BF16);
+  Tensor x = a.clone().requires_grad_();
+  matmul(x, b).backward(g);
+  // float64 from the same bf16 values: sum over the batch of g_i @ b_i^T, rounded once to bf16
+  const Tensor want = sum(matmul(g.to(DType::F64), transpose(b.to(DType::F64), 1, 2)), {0}).to(DType::BF16);
+  const std::vector<double> got = values(x.grad()), w = values(want);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], w[i], std::ldexp(std::fabs(w[i]), -8)) << i;
 }
 
 TEST(Matmul, VectorsAreARowOrAColumnThatTheResultDrops) {
