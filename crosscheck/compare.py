@@ -263,6 +263,21 @@ OPS = {
     "model": model,
     "dropout": dropout,
     "embedding": lambda x, p: [F.embedding(x[1], x[0], padding_idx=p["padding_idx"])],
+    "abs": lambda x, p: [torch.abs(x[0])],
+    "max": lambda x, p: [torch.max(x[0])],
+    "min": lambda x, p: [torch.min(x[0])],
+    "amax": lambda x, p: [torch.amax(x[0], dim=p["dims"], keepdim=p["keepdim"])],
+    "amin": lambda x, p: [torch.amin(x[0], dim=p["dims"], keepdim=p["keepdim"])],
+    "max_dim": lambda x, p: list(torch.max(x[0], dim=p["dim"], keepdim=p["keepdim"])),
+    "min_dim": lambda x, p: list(torch.min(x[0], dim=p["dim"], keepdim=p["keepdim"])),
+    "argmin": lambda x, p: [torch.argmin(x[0], dim=p["dim"], keepdim=p["keepdim"])],
+    "where": lambda x, p: [torch.where(x[0] > 0.5, x[1], x[2])],
+    "where_scalar": lambda x, p: [torch.where(x[0] > 0.5, x[1], p["value"])],
+    "masked_fill": lambda x, p: [x[0].masked_fill(x[1] > 0.5, float(p["value"]))],
+    "permute": lambda x, p: [x[0].permute(p["dims"])],
+    "unsqueeze": lambda x, p: [x[0].unsqueeze(p["dim"])],
+    "squeeze": lambda x, p: [x[0].squeeze() if p["dim"] is None else x[0].squeeze(p["dim"])],
+    "expand": lambda x, p: [x[0].expand(p["shape"])],
 }
 # Cases whose inputs are scaled before the op (crosscheck_ops.cpp does the same).
 PRE_SCALE = {"softmax_large_logits": 1000.0, "cross_entropy_confident": 100.0}

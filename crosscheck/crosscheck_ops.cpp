@@ -162,6 +162,55 @@ void add_dropout_embedding_cases(std::vector<Case>& c) {
       one([](auto& x) { return embedding(x[0], x[1], 3); }));
 }
 
+// abs, the extremes (ties and NaN: which element gets the gradient), where / masked_fill (cond
+// drawn as 0, 1, 2 and compared with 0.5), the layout ops and matmul's broadcast batches.
+template <typename Add>
+void tensor_op_cases(Add& add, const Shape& r) {
+  const json all = {{"dim", nullptr}, {"keepdim", false}};
+  add("abs", "abs", {}, {normal({67, 37})}, one([](auto& x) { return abs(x[0]); }));
+  add("abs_specials", "abs", {}, {special({131})}, one([](auto& x) { return abs(x[0]); }));
+  add("max_all", "max", {}, {normal(r)}, one([](auto& x) { return max(x[0]); }));
+  add("max_all_specials", "max", {}, {special({131})}, one([](auto& x) { return max(x[0]); }));
+  add("min_all_ties", "min", {}, {ties(r)}, one([](auto& x) { return min(x[0]); }));
+  add("amax_dims02", "amax", {{"dims", {0, 2}}, {"keepdim", false}}, {normal(r)}, one([](auto& x) { return amax(x[0], {0, 2}); }));
+  add("amax_dim1_ties_keepdim", "amax", {{"dims", {1}}, {"keepdim", true}}, {ties(r)},
+      one([](auto& x) { return amax(x[0], {1}, true); }));
+  add("amin_dim_neg1_specials", "amin", {{"dims", {-1}}, {"keepdim", false}}, {special({4, 33})},
+      one([](auto& x) { return amin(x[0], {-1}); }));
+  auto pair = [](std::tuple<Tensor, Tensor> t) { return std::vector<Tensor>{std::get<0>(t), std::get<1>(t)}; };
+  add("max_dim1_ties", "max_dim", {{"dim", 1}, {"keepdim", false}}, {ties(r)},
+      [pair](auto& x) { return pair(max(x[0], 1)); });
+  add("min_dim_neg1_keepdim_specials", "min_dim", {{"dim", -1}, {"keepdim", true}}, {special({4, 33})},
+      [pair](auto& x) { return pair(min(x[0], -1, true)); });
+  add("argmin_all", "argmin", all, {no_grad(normal(r))}, one([](auto& x) { return argmin(x[0]); }), false);
+  add("argmin_dim1_ties", "argmin", {{"dim", 1}, {"keepdim", false}}, {no_grad(ties(r))},
+      one([](auto& x) { return argmin(x[0], 1); }), false);
+  add("where_broadcast", "where", {}, {no_grad(ties({3, 1, 37})), normal({5, 1}), normal({37})},
+      one([](auto& x) { return where(x[0] > 0.5, x[1], x[2]); }));
+  add("where_specials", "where", {}, {no_grad(ties({131})), special({131}), special({131}, Draw::SpecialShifted)},
+      one([](auto& x) { return where(x[0] > 0.5, x[1], x[2]); }));
+  add("where_scalar", "where_scalar", {{"value", 0.0}}, {no_grad(ties({67, 37})), normal({67, 37})},
+      one([](auto& x) { return where(x[0] > 0.5, x[1], 0.0); }));
+  add("masked_fill_row", "masked_fill", {{"value", "-1e4"}}, {normal({4, 37}), no_grad(ties({37}))},
+      one([](auto& x) { return masked_fill(x[0], x[1] > 0.5, -1e4); }));
+  add("masked_fill_inf", "masked_fill", {{"value", "-inf"}}, {normal({4, 37}), no_grad(ties({4, 37}))},
+      one([](auto& x) { return masked_fill(x[0], x[1] > 0.5, -INFINITY); }));
+  add("permute", "permute", {{"dims", {2, 0, 1}}}, {normal(r)}, one([](auto& x) { return permute(x[0], {2, 0, 1}); }));
+  add("permute_neg", "permute", {{"dims", {-1, 1, 0, -2}}}, {normal({2, 3, 4, 5})},
+      one([](auto& x) { return permute(x[0], {-1, 1, 0, -2}); }));
+  add("unsqueeze", "unsqueeze", {{"dim", -2}}, {normal(r)}, one([](auto& x) { return unsqueeze(x[0], -2); }));
+  add("squeeze", "squeeze", {{"dim", nullptr}}, {normal({5, 1, 9, 1})}, one([](auto& x) { return squeeze(x[0]); }));
+  add("squeeze_dim", "squeeze", {{"dim", 1}}, {normal({5, 1, 9})}, one([](auto& x) { return squeeze(x[0], 1); }));
+  add("expand", "expand", {{"shape", {2, 5, 4, -1}}}, {normal({5, 1, 9})},
+      one([](auto& x) { return expand(x[0], {2, 5, 4, -1}); }));
+  auto mm = one([](auto& x) { return matmul(x[0], x[1]); });
+  add("matmul_broadcast_batch", "matmul", {}, {normal({2, 1, 17, 19}), normal({3, 19, 23})}, mm);
+  add("matmul_shared_first", "matmul", {}, {normal({17, 19}), normal({3, 19, 23})}, mm);
+  add("matmul_4d_attention", "matmul", {}, {normal({2, 4, 33, 16}), normal({2, 4, 16, 33})}, mm);
+  add("matmul_vector_batch", "matmul", {}, {normal({19}), normal({3, 19, 23})}, mm);
+  add("matmul_dot", "matmul", {}, {normal({67}), normal({67})}, mm);
+}
+
 // The cases run with inputs in fp32, bf16 and fp16.
 std::vector<Case> dtype_cases() {
   std::vector<Case> c;
@@ -373,6 +422,7 @@ std::vector<Case> dtype_cases() {
   add("cross_entropy_confident", "cross_entropy", {{"label_smoothing", 0.0}}, {normal({9, 13}), labels({9}, 13)},
       one([](auto& x) { return cross_entropy(x[0] * 100.0, x[1]); }));
   add_dropout_embedding_cases(c);
+  tensor_op_cases(add, r);
   return c;
 }
 
