@@ -12,6 +12,7 @@
 
 #include "backends/cpu/isa_test.h"
 #include "backends/kernels.h"
+#include "support/broadcast_index.h"
 #include "support/host_tensor.h"
 
 namespace {
@@ -26,21 +27,7 @@ demi::backend::Kernels& cpu() { return demi::backend::kernels_for(demi::Device::
 using demi::backend::BinaryKind;
 using demi::backend::UnaryKind;
 
-// Index of y's element `flat` in an operand of shape s that broadcasts to y (right-aligned).
-int64_t broadcast_index(int64_t flat, const Shape& y, const Shape& s) {
-  int64_t index = 0, stride = 1;
-  for (size_t k = 0; k < y.size(); ++k) {
-    const size_t d = y.size() - 1 - k;
-    const int64_t coord = flat % y[d];
-    flat /= y[d];
-    if (k < s.size()) {
-      const size_t sd = s.size() - 1 - k;
-      if (s[sd] != 1) index += coord * stride;
-      stride *= s[sd];
-    }
-  }
-  return index;
-}
+using demi::test::broadcast_index;
 
 double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 double gelu_grad_ref(double x) {

@@ -1,5 +1,6 @@
 // Tests for backends/cpu/permute.cpp (every element width, against a naive index reference) and
-// the argmax kernel of backends/cpu/reduce.cpp (first maximum, NaN as the maximum, every dtype).
+// the argmax kernel of backends/cpu/reduce.cpp (first maximum, NaN as the maximum, every dtype; the
+// long columns argmin too).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,14 +85,20 @@ TEST(CpuArgmax, FirstMaximumAndNaN) {
   std::mt19937 rng(5);
   HostTensor big({3, 1000, 7}, DType::F32), y({3, 1, 7}, DType::I64);
   const std::vector<double> v = big.randomize(rng, -1.0, 1.0);
-  cpu().argmax(big.ref(), y.ref());
-  for (int64_t o = 0; o < 3; ++o) {
-    for (int64_t i = 0; i < 7; ++i) {
-      int64_t best = 0;
-      for (int64_t r = 1; r < 1000; ++r) {
-        if (v[static_cast<size_t>((o * 1000 + r) * 7 + i)] > v[static_cast<size_t>((o * 1000 + best) * 7 + i)]) best = r;
+  for (const bool is_min : {false, true}) {  // argmin (test_reduce.cpp) on the same long columns
+    SCOPED_TRACE(is_min ? "argmin" : "argmax");
+    if (is_min) cpu().argmin(big.ref(), y.ref());
+    else cpu().argmax(big.ref(), y.ref());
+    for (int64_t o = 0; o < 3; ++o) {
+      for (int64_t i = 0; i < 7; ++i) {
+        int64_t best = 0;
+        for (int64_t r = 1; r < 1000; ++r) {
+          const double v_r = v[static_cast<size_t>((o * 1000 + r) * 7 + i)];
+          const double v_best = v[static_cast<size_t>((o * 1000 + best) * 7 + i)];
+          if (is_min ? v_r < v_best : v_r > v_best) best = r;
+        }
+        EXPECT_EQ(y.get(o * 7 + i), best);
       }
-      EXPECT_EQ(y.get(o * 7 + i), best);
     }
   }
   HostTensor empty({2, 0, 1}, DType::F32), ye({2, 1, 1}, DType::I64);

@@ -202,19 +202,6 @@ TEST_P(CpuExtremes, ArgminFirstMinimumAndNaN) {
     cpu().argmin(cols.ref(), yc.ref());
     expect_close(yc, {0, 0, 1, 1}, kExact);  // 0.5<1, -3<2, 1 vs NaN, -3>-9
   }
-  std::mt19937 rng(5);
-  HostTensor big({3, 1000, 7}, DType::F32), y({3, 1, 7}, DType::I64);
-  const std::vector<double> v = big.randomize(rng, -1.0, 1.0);
-  cpu().argmin(big.ref(), y.ref());
-  for (int64_t o = 0; o < 3; ++o) {
-    for (int64_t i = 0; i < 7; ++i) {
-      int64_t best = 0;
-      for (int64_t r = 1; r < 1000; ++r) {
-        if (v[static_cast<size_t>((o * 1000 + r) * 7 + i)] < v[static_cast<size_t>((o * 1000 + best) * 7 + i)]) best = r;
-      }
-      EXPECT_EQ(y.get(o * 7 + i), best);
-    }
-  }
   HostTensor empty({2, 0, 1}, DType::F32), ye({2, 1, 1}, DType::I64);
   try {
     cpu().argmin(empty.ref(), ye.ref());

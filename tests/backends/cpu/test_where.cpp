@@ -13,6 +13,7 @@
 
 #include "backends/cpu/isa_test.h"
 #include "backends/kernels.h"
+#include "support/broadcast_index.h"
 #include "support/host_tensor.h"
 
 namespace {
@@ -23,20 +24,7 @@ using demi::backend::TensorRef;
 
 demi::backend::Kernels& cpu() { return demi::backend::kernels_for(demi::Device::cpu()); }
 
-// Index of y's element `flat` in an operand of shape s that broadcasts to y (right-aligned).
-int64_t operand_index(int64_t flat, const Shape& y, const Shape& s) {
-  int64_t index = 0, stride = 1;
-  for (size_t k = 0; k < y.size(); ++k) {
-    const int64_t coord = flat % y[y.size() - 1 - k];
-    flat /= y[y.size() - 1 - k];
-    if (k < s.size()) {
-      const int64_t extent = s[s.size() - 1 - k];
-      if (extent != 1) index += coord * stride;
-      stride *= extent;
-    }
-  }
-  return index;
-}
+using demi::test::broadcast_index;
 
 class CpuWhere : public demi_test::IsaFixture<demi_test::Level> {};
 INSTANTIATE_TEST_SUITE_P(Isa, CpuWhere, ::testing::ValuesIn(demi_test::isa_levels()), demi_test::isa_name);
@@ -72,8 +60,9 @@ TEST_P(CpuWhere, MatchesNaiveReferenceInEveryDtype) {
       cpu().where(cond.ref(), a.ref(), b.ref(), y.ref());
       std::vector<double> want(static_cast<size_t>(y.numel()));
       for (int64_t i = 0; i < y.numel(); ++i) {
-        const bool take_a = cond.get(operand_index(i, c.y, c.cond)) != 0;
-        want[static_cast<size_t>(i)] = take_a ? a.get(operand_index(i, c.y, c.a)) : b.get(operand_index(i, c.y, c.b));
+        const bool take_a = cond.get(broadcast_index(i, c.y, c.cond)) != 0;
+        want[static_cast<size_t>(i)] =
+            take_a ? a.get(broadcast_index(i, c.y, c.a)) : b.get(broadcast_index(i, c.y, c.b));
       }
       expect_close(y, want, kExact);
     }

@@ -12,26 +12,14 @@
 
 #include "backends/cuda/cuda_test_util.h"
 #include "backends/kernels.h"
+#include "support/broadcast_index.h"
 
 namespace demi::backend {
 namespace {
 
 using namespace cuda_test;
 
-// Index of y's element `flat` in an operand of shape s that broadcasts to y (right-aligned).
-int64_t operand_index(int64_t flat, const Shape& y, const Shape& s) {
-  int64_t index = 0, stride = 1;
-  for (size_t k = 0; k < y.size(); ++k) {
-    const int64_t coord = flat % y[y.size() - 1 - k];
-    flat /= y[y.size() - 1 - k];
-    if (k < s.size()) {
-      const int64_t extent = s[s.size() - 1 - k];
-      if (extent != 1) index += coord * stride;
-      stride *= extent;
-    }
-  }
-  return index;
-}
+using demi::test::broadcast_index;
 
 struct WhereCase {
   const char* name;
@@ -63,7 +51,8 @@ TEST(CudaWhere, MatchesReferenceAndCpuInEveryDtype) {
       std::vector<double> want(static_cast<size_t>(shape_numel(c.y)));
       for (size_t i = 0; i < want.size(); ++i) {
         const int64_t f = static_cast<int64_t>(i);
-        want[i] = cond[operand_index(f, c.y, c.cond)] != 0 ? a[operand_index(f, c.y, c.a)] : b[operand_index(f, c.y, c.b)];
+        const bool take_a = cond[broadcast_index(f, c.y, c.cond)] != 0;
+        want[i] = take_a ? a[broadcast_index(f, c.y, c.a)] : b[broadcast_index(f, c.y, c.b)];
       }
       const std::vector<uint8_t> cond_bytes = encode(cond, DType::U8), a_bytes = encode(a, dtype), b_bytes = encode(b, dtype);
       const Buffer dc(gpu(), cond_bytes), da(gpu(), a_bytes), db(gpu(), b_bytes);
