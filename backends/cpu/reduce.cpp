@@ -1,6 +1,6 @@
-// Reductions (sum, mean, max, min) into a keepdim-shaped y, and argmax / argmin. Every dtype accumulates in double, in blocks
-// whose boundaries do not depend on the thread count, so sums of millions of fp32 values stay
-// accurate to ~1e-15 relative and a result is the same on 1 or 64 threads.
+// Reductions (sum, mean, max, min) into a keepdim-shaped y, and argmax / argmin. Every dtype
+// accumulates in double, in blocks whose boundaries do not depend on the thread count, so sums of
+// millions of fp32 values stay accurate to ~1e-15 relative and a result is the same on 1 or 64 threads.
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -75,6 +75,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   check_mask("masked_fill", "mask", mask);
   ops::check_same_device("masked_fill", x, mask);
   broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+  DEMI_CHECK(is_floating(x.dtype()) || std::trunc(value) == value, "masked_fill: the value ", value,
+             " is not a whole number and the tensor is ", x.dtype(), "; convert the tensor to a floating dtype first");
   return where(mask, scalar_beside(x, value), x);
 }
 

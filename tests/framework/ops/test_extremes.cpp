@@ -41,6 +41,8 @@ TEST(Extremes, WholeTensorMaxAndMinAreZeroDim) {
   const Tensor labels = tensor(std::vector<int64_t>{4, 9, 2}, {3});  // integers keep their dtype
   EXPECT_EQ(max(labels).dtype(), DType::I64);
   EXPECT_EQ(max(labels).item(), 9.0);
+  EXPECT_EQ(max(full({}, 2.5)).item(), 2.5);  // a 0-d tensor is its own maximum
+  EXPECT_EQ(grad_of(full({}, 2.5), [](const Tensor& x) { return min(x); }), (std::vector<float>{1}));
   EXPECT_TRUE(std::isnan(max(tensor({1, kNan, 3}, {3})).item()));  // NaN propagates
   EXPECT_TRUE(std::isnan(min(tensor({1, kNan, 3}, {3})).item()));
 }

@@ -97,6 +97,10 @@ TEST(Where, ErrorsNameTheCulpritAndTheFix) {
   EXPECT_THAT(error_of([&] { masked_fill(x, mask({1, 0}, {2}), 1.0); }),
               HasSubstr("masked_fill: shapes [2, 3] and [2] cannot be broadcast"));
   EXPECT_THAT(error_of([&] { where(Tensor(), x, x); }), HasSubstr("where: cond is undefined"));
+  const Tensor labels = tensor(std::vector<int64_t>{1, 2}, {2});
+  EXPECT_EQ(masked_fill(labels, mask({0, 1}, {2}), -100.0).to_vector<int64_t>(), (std::vector<int64_t>{1, -100}));
+  EXPECT_THAT(error_of([&] { masked_fill(labels, mask({0, 1}, {2}), 0.5); }),
+              HasSubstr("masked_fill: the value 0.5 is not a whole number and the tensor is int64"));
 }
 
 TEST(Abs, ValuesAndGradientAsPyTorch) {
