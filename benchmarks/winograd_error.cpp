@@ -1,7 +1,7 @@
 // winograd_error: how far fp32 Winograd convolutions land from the exact result, against the bound
 // the convolution tests hold every fp32 path to (tests/support/tolerance.h, accumulated(F32, 9 K):
 // 1e-5 relative + 1e-6 sqrt(9 K) absolute). Why the CPU backend runs F(2x2, 3x3) and not the 1.78x
-// cheaper F(4x4, 3x3): docs/BENCHMARKS.md, seventh session.
+// cheaper F(4x4, 3x3): docs/BENCHMARKS.md, "Design notes".
 //
 // One tile of outputs over K input channels, inputs and filters uniform in [-1, 1] (as the tests'):
 // U = G g G^T in double rounded once to fp32 (as winograd.h does), V = B^T d B and the products
