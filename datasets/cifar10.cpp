@@ -1,6 +1,7 @@
 // The CIFAR-10 binary-batch reader and load_cifar10's format detection.
 #include "datasets/cifar10.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +134,11 @@ Dataset load_cifar10(const std::string& dir, Split split, const ImageFolderOptio
   DEMI_THROW("load_cifar10: missing split '", split_name(split), "' in ", dir, ": looked for the binary batch ",
              (root / binary_files(split).front()).string(), " (also under cifar-10-batches-bin/) and the image folder ",
              (root / split_name(split)).string(), "/<class>/*.png|jpg; neither is there");
+}
+
+std::string cifar10_dir_from_environment() {
+  const char* dir = std::getenv("DEMI_CIFAR10");
+  return dir != nullptr ? dir : "";
 }
 
 }  // namespace demi::data

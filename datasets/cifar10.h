@@ -57,4 +57,10 @@ void decode_cifar10_image(const uint8_t* data, size_t size, const std::string& n
 Dataset load_cifar10(const std::string& dir, Split split, const ImageFolderOptions& options = {},
                      ImageFolderInfo* info = nullptr);
 
+// Where CIFAR-10 lives when no --data-dir is given: $DEMI_CIFAR10 (an empty value counts as unset),
+// else "" here; train_cifar then falls back to kDefaultCifar10Dir, where scripts/train downloads it,
+// and the tests skip, saying how to set the variable. The one place demi reads DEMI_CIFAR10.
+std::string cifar10_dir_from_environment();
+inline constexpr const char* kDefaultCifar10Dir = "./data/cifar-10";
+
 }  // namespace demi::data

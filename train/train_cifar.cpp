@@ -12,6 +12,7 @@
 #include "backends/kernels.h"
 #include "framework/core/error.h"
 #include "framework/dist/process_group.h"
+#include "datasets/cifar10.h"
 #include "train/cli_checks.h"
 #include "train/recipe.h"
 #include "train/report.h"
@@ -156,8 +157,8 @@ int run(const TrainerConfig& c, const Command& command) {
 
 int main(int argc, char** argv) {
   TrainerConfig c;
-  const char* env_data = std::getenv("DEMI_CIFAR10");
-  c.data_dir = env_data && *env_data ? env_data : "./data/cifar-10";  // an empty variable counts as unset
+  c.data_dir = demi::data::cifar10_dir_from_environment();
+  if (c.data_dir.empty()) c.data_dir = demi::data::kDefaultCifar10Dir;
   Command command;
   CLI::App app{"train_cifar: train a small CNN on CIFAR-10 in the precision you choose (demi)"};
   app.get_formatter()->column_width(34);

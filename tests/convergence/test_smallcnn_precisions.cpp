@@ -8,8 +8,8 @@
 //     failure without masters is shown by test_master_weights.cpp).
 // Each run is trained once per process and shared by the tests that need it.
 //
-// Re-recording the golden curves is a deliberate, reviewed act (a diff in tests/golden/):
-//   DEMI_RECORD_GOLDEN=1 ctest --test-dir build -R convergence.smallcnn_precisions --output-on-failure
+// Re-recording the golden curves is a deliberate, reviewed act (a diff in tests/golden/): run the
+// disabled test RecordGoldenCurves (kRecordCommand below).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +32,10 @@ namespace {
 using nlohmann::json;
 
 const char* const kGoldenFile = DEMI_GOLDEN_DIR "/smallcnn_convergence.json";
+const char* const kRecordCommand =
+    "build/tests/convergence_test_smallcnn_precisions --gtest_also_run_disabled_tests "
+    "--gtest_filter=SmallCnnConvergence.DISABLED_RecordGoldenCurves";
+const std::vector<std::string> kGuarded = {"fp32", "bf16", "fp16", "fp16_half_params"};
 
 // Half-width of the golden band on loss_mean (the mean loss over the 26 steps before a record).
 // The runs that differ only in rounding (fp32, bf16, fp16) stay within 0.011 nats of each other at
@@ -120,28 +124,29 @@ TEST(SmallCnnConvergence, HalfParamsWithFp32MastersTrainLikeAutocast) {
   EXPECT_NEAR(points(run("fp16_half_params").accuracy), points(run("fp16").accuracy), 2.0);
 }
 
+// Records the golden curves instead of comparing with them. Disabled, so that only a deliberate
+// run does it (this file's header gives the command).
+TEST(SmallCnnConvergence, DISABLED_RecordGoldenCurves) {
+  DEMI_REQUIRE_REAL_DATA();
+  json golden = {{"recorded_with", kRecordCommand},
+                 {"config", config_summary(config_of("fp32"))},
+                 {"runs", json::object()}};
+  for (const std::string& name : kGuarded) {
+    const test::TrainerRun& r = run(name);
+    golden["runs"][name] = {{"steps", r.steps}, {"loss_mean", r.loss_mean}, {"test_accuracy", r.accuracy}};
+  }
+  std::ofstream(kGoldenFile) << golden.dump(1) << "\n";
+  std::cout << "recorded " << kGoldenFile << "; review the diff before committing it\n";
+}
+
 TEST(SmallCnnConvergence, LossCurvesStayInTheRecordedBand) {
   DEMI_REQUIRE_REAL_DATA();
-  const std::vector<std::string> guarded = {"fp32", "bf16", "fp16", "fp16_half_params"};
-  const char* record = std::getenv("DEMI_RECORD_GOLDEN");
-  if (record && std::string(record) == "1") {
-    json golden = {{"recorded_with",
-                    "DEMI_RECORD_GOLDEN=1 ctest --test-dir build -R convergence.smallcnn_precisions"},
-                   {"config", config_summary(config_of("fp32"))},
-                   {"runs", json::object()}};
-    for (const std::string& name : guarded) {
-      const test::TrainerRun& r = run(name);
-      golden["runs"][name] = {{"steps", r.steps}, {"loss_mean", r.loss_mean}, {"test_accuracy", r.accuracy}};
-    }
-    std::ofstream(kGoldenFile) << golden.dump(1) << "\n";
-    GTEST_SKIP() << "recorded " << kGoldenFile << "; review the diff before committing it";
-  }
   std::ifstream in(kGoldenFile);
-  ASSERT_TRUE(in.good()) << kGoldenFile << " is missing; record it with DEMI_RECORD_GOLDEN=1 (see this file's header)";
+  ASSERT_TRUE(in.good()) << kGoldenFile << " is missing; record it with " << kRecordCommand;
   const json golden = json::parse(in);
   ASSERT_EQ(golden.at("config"), config_summary(config_of("fp32")))
       << "the suite's configuration changed since the curves were recorded: re-record them deliberately";
-  for (const std::string& name : guarded) {
+  for (const std::string& name : kGuarded) {
     SCOPED_TRACE(name);
     const json& g = golden.at("runs").at(name);
     const auto steps = g.at("steps").get<std::vector<int64_t>>();

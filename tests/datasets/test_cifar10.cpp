@@ -182,7 +182,7 @@ std::array<double, 3> channel_means(const Dataset& d) {
 
 TEST(Cifar10Real, TestSplitDecodesAndRoundTripsThroughTheCache) {
   DEMI_REQUIRE_REAL_DATA();
-  const fs::path dir = std::getenv("DEMI_CIFAR10");
+  const fs::path dir = test::real_data_dir();
   TempDir cache;  // cold: a fresh cache for this run
   ImageFolderOptions o;
   o.cache_dir = cache.path.string();
@@ -222,7 +222,7 @@ TEST(Cifar10Real, TestSplitDecodesAndRoundTripsThroughTheCache) {
 
 TEST(Cifar10Real, TrainSplitDecodesThenHitsTheCache) {
   DEMI_REQUIRE_REAL_DATA();
-  const fs::path dir = std::getenv("DEMI_CIFAR10");
+  const fs::path dir = test::real_data_dir();
   TempDir cache;
   ImageFolderOptions o;
   o.cache_dir = cache.path.string();

@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <string>
 
+#include "datasets/cifar10.h"
+
 namespace demi::test {
 
 // Why the real data set is unavailable, or "" when $DEMI_CIFAR10 holds the image-folder tree.
 inline std::string missing_real_data() {
-  const char* env = std::getenv("DEMI_CIFAR10");
-  if (!env || !*env)
+  const std::string env = data::cifar10_dir_from_environment();
+  if (env.empty())
     return "DEMI_CIFAR10 is not set: point it at the CIFAR-10 image-folder tree (train/<class>/*.jpg, "
            "test/<class>/*.jpg), e.g. `DEMI_CIFAR10=/path/to/cifar10 ctest ...`, or configure with "
            "-DDEMI_CIFAR10_DIR=/path/to/cifar10";
@@ -25,7 +27,7 @@ inline std::string missing_real_data() {
   return "";
 }
 
-inline std::string real_data_dir() { return std::getenv("DEMI_CIFAR10"); }
+inline std::string real_data_dir() { return data::cifar10_dir_from_environment(); }
 
 }  // namespace demi::test
 
