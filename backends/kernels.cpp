@@ -3,6 +3,7 @@
 // so a new backend cannot forget a check or word it differently.
 #include "backends/kernels.h"
 
+#include "backends/attention_checks.h"
 #include "backends/kernel_checks.h"
 
 namespace demi::backend {
@@ -126,6 +127,12 @@ void Kernels::embedding_forward(const EmbeddingArgs& args) {
 void Kernels::embedding_backward(const EmbeddingArgs& args) {
   check_embedding("embedding_backward", args.grad_weight, args.indices, args.grad_output, args.padding_idx);
   embedding_backward_impl(args);
+}
+void Kernels::attention_forward(const AttentionArgs& args) {
+  attention_forward_impl(args, check_attention_forward(args));
+}
+void Kernels::attention_backward(const AttentionArgs& args) {
+  attention_backward_impl(args, check_attention_backward(args));
 }
 
 }  // namespace demi::backend

@@ -71,6 +71,7 @@ struct ConvGeom;
 struct PoolGeom;
 struct BnGeom;
 struct DropoutMask;
+struct AttnGeom;
 
 // C = alpha * op(A) @ op(B) + beta * C (+ bias), row-major, for `batch` independent products.
 // op(A) is [m, k] (A stored [k, m] when trans_a), op(B) is [k, n] (B stored [n, k] when trans_b),
@@ -246,6 +247,27 @@ struct EmbeddingArgs {
   int64_t padding_idx = -1;
 };
 
+// Scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention, no dropout) over
+// the leading dims (batch, heads; at least one): q [..., L, E], k [..., S, E], v [..., S, Ev],
+// out [..., L, Ev] = softmax(scale * q k^T + mask) v, one floating dtype for all four. mask
+// (optional) broadcasts to [..., L, S]: U8 (nonzero: the key takes part, as torch's bool mask) or
+// floating (added; any floating dtype). causal: key j takes part in query i's row only when j <= i
+// (upper-left aligned); not with a mask. A row in which no key takes part gives 0 (its gradients
+// too), as torch's CPU kernels and its math path since 2.5 do.
+// Half inputs: both products accumulate in fp32, the softmax is fp32 with the running maximum
+// subtracted, the output is rounded once: a logit past 65504 is never stored in fp16.
+// forward:  reads q, k, v, mask -> writes out and logsumexp ([..., L], F32; F64 for F64 inputs;
+//           log of the row's sum of exp, the maximum included: what backward needs to rebuild P).
+// backward: reads q, k, v, mask, out, logsumexp, grad_out -> writes grad_q, grad_k, grad_v (each
+//           optional) and grad_mask (optional: [..., L, S] of the unbroadcast scores' gradient, F32
+//           or F64 like logsumexp; the caller sums it down to the mask's shape).
+struct AttentionArgs {
+  TensorRef q, k, v, mask, out, logsumexp;
+  TensorRef grad_out, grad_q, grad_k, grad_v, grad_mask;
+  bool causal = false;
+  double scale = 1.0;
+};
+
 // The kernel families, for Kernels::supports().
 enum class KernelFamily {
   Elementwise,  // fill, cast, unary, binary, argmax, argmin, permute, where
@@ -261,6 +283,7 @@ enum class KernelFamily {
   Random,
   Optimizer,    // sgd_step, adamw_step
   LossScaling,  // unscale_check_finite, update_scale
+  Attention,    // attention_forward, attention_backward
 };
 
 class Kernels {
@@ -323,6 +346,8 @@ class Kernels {
   // (numpy rules); a, b and y share one dtype, any dtype. The chosen element's bits are copied: an inf
   // or NaN in the branch not taken never reaches y (a * m + b * (1 - m) would turn it into NaN).
   void where(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y);
+  void attention_forward(const AttentionArgs& args);
+  void attention_backward(const AttentionArgs& args);
 
  protected:
   // What a device implements, called with checked arguments (and the geometry the check derived).
@@ -356,6 +381,8 @@ class Kernels {
   virtual void embedding_backward_impl(const EmbeddingArgs& args) = 0;
   virtual void argmin_impl(const TensorRef& x, const TensorRef& y) = 0;
   virtual void where_impl(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y) = 0;
+  virtual void attention_forward_impl(const AttentionArgs& args, const AttnGeom& g) = 0;
+  virtual void attention_backward_impl(const AttentionArgs& args, const AttnGeom& g) = 0;
 };
 
 // The kernels of a device. Throws demi::Error when the device is absent or its backend was not

@@ -67,6 +67,9 @@ class CpuKernels final : public Kernels {
   void argmin_impl(const TensorRef& x, const TensorRef& y) override;
   // where.cpp
   void where_impl(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y) override;
+  // attention.cpp, attention_backward.cpp
+  void attention_forward_impl(const AttentionArgs& args, const AttnGeom& g) override;
+  void attention_backward_impl(const AttentionArgs& args, const AttnGeom& g) override;
 };
 
 }  // namespace demi::backend::cpu

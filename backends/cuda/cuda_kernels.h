@@ -87,6 +87,9 @@ class CudaKernels final : public Kernels {
   void argmin_impl(const TensorRef& x, const TensorRef& y) override;
   // elementwise.cu
   void where_impl(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y) override;
+  // attention.cu: cuBLASLt products through gemm_impl, the softmax and its gradient in fp32
+  void attention_forward_impl(const AttentionArgs& args, const AttnGeom& g) override;
+  void attention_backward_impl(const AttentionArgs& args, const AttnGeom& g) override;
 
  public:
   // memory.cu: a device buffer of at least `bytes` for a library call's scratch (cuBLASLt, cuDNN),
@@ -103,6 +106,10 @@ class CudaKernels final : public Kernels {
   struct ConvPlans;
   GemmPlans& gemm_plans();  // gemm.cu
   ConvPlans& conv_plans();  // conv2d.cu
+  // attention.cu: a second buffer like workspace(), for the scores and widened operands an attention
+  // call keeps while the GEMMs it runs take workspace() for themselves. Valid until the next call.
+  struct AttentionScratch;
+  void* attention_scratch(size_t bytes);
 
   int index() const { return index_; }
   cudaStream_t stream() const { return stream_; }
@@ -137,10 +144,12 @@ class CudaKernels final : public Kernels {
   struct PlansDeleter {  // each operator() is defined beside its type
     void operator()(GemmPlans* plans) const;
     void operator()(ConvPlans* plans) const;
+    void operator()(AttentionScratch* scratch) const;
   };
   std::once_flag gemm_plans_once_, conv_plans_once_;
   std::unique_ptr<GemmPlans, PlansDeleter> gemm_plans_;
   std::unique_ptr<ConvPlans, PlansDeleter> conv_plans_;
+  std::unique_ptr<AttentionScratch, PlansDeleter> attention_scratch_;
 #if DEMI_HAVE_CUDNN
   std::once_flag cudnn_once_;
   cudnnHandle_t cudnn_ = nullptr;
