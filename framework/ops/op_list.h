@@ -8,4 +8,5 @@
   X(AvgPool2d) X(BatchNorm) X(BatchNormRelu) X(BatchNormGelu) X(Softmax) X(LogSoftmax) X(CrossEntropy) X(Transpose)  \
   X(Clamp) X(Select) X(Cat)                                                                    \
   X(Dropout) X(Embedding)                                                                      \
-  X(Abs) X(Amax) X(Amin) X(MaxDim) X(MinDim) X(Where) X(Permute) X(Expand)
+  X(Abs) X(Amax) X(Amin) X(MaxDim) X(MinDim) X(Where) X(Permute) X(Expand)                    \
+  X(ScaledDotProductAttention)

@@ -187,4 +187,15 @@ Tensor squeeze(const Tensor& x);
 Tensor squeeze(const Tensor& x, int64_t dim);
 Tensor expand(const Tensor& x, const Shape& shape);
 
+// softmax(scale * query key^T + attn_mask) value, torch.nn.functional.scaled_dot_product_attention
+// without dropout: query [..., L, E], key [..., S, E], value [..., S, Ev] with the same leading
+// (batch, head) dims, at least one; the result is [..., L, Ev]. attn_mask broadcasts to [..., L, S]:
+// uint8 (1: the key takes part, as torch's bool mask) or floating (added; it gets a gradient).
+// is_causal: query i sees keys j <= i (upper-left aligned; not with attn_mask). scale defaults to
+// 1 / sqrt(E). A query that sees no key gives 0 (torch's CPU result). Half inputs: fp32 products and
+// softmax, one rounding of the output; the scores are never stored in half.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask = Tensor(), bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
+
 }  // namespace demi

@@ -73,6 +73,8 @@ std::map<std::string, FunctionCase> function_cases() {
       {"cat", {"cat", [=](DType t) { return cat({v.to(t), w.to(t)}, 0); }}},
       {"dropout", {"dropout", [=](DType t) { Generator g(1); return dropout(v.to(t), 0.5, true, g); }}},
       {"embedding", {"embedding", [=](DType t) { return embedding(w.to(t), labels); }}},
+      {"scaled_dot_product_attention",
+       {"scaled_dot_product_attention", [=](DType t) { return scaled_dot_product_attention(x.to(t), x.to(t), x.to(t)); }}},
       // Not differentiable, no row: masks are uint8 and indices int64 whatever autocast does.
       {"eq", {"", [=](DType t) { return eq(v.to(t), w.slice(0, 4).to(t)); }, DType::U8}},
       {"ne", {"", [=](DType t) { return ne(v.to(t), 0.5); }, DType::U8}},

@@ -153,6 +153,18 @@ std::vector<GradCase> cases() {
       {"dropout", "dropout", {{6, 7}}, [](auto& in) { Generator g(7); return dropout(in[0], 0.4, true, g); }},
       {"embedding_duplicates", "embedding", {{5, 3}},
        [ids = tensor(std::vector<int64_t>{4, 0, 4, 2, 4, 0}, {2, 3})](auto& in) { return embedding(in[0], ids); }},
+      {"sdpa", "scaled_dot_product_attention", {{2, 3, 4}, {2, 5, 4}, {2, 5, 3}},
+       [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2]); }},
+      {"sdpa_additive_mask_broadcast", "scaled_dot_product_attention",
+       {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 2}, {2, 1, 3, 5}},
+       [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2], in[3], false, 0.7); }},
+      {"sdpa_bool_mask", "scaled_dot_product_attention", {{1, 2, 4, 3}, {1, 2, 6, 3}, {1, 2, 6, 5}},
+       [](auto& in) {
+         const Tensor keep = tensor({1, 1, 0, 1, 0, 1}, {6}, DType::U8);
+         return scaled_dot_product_attention(in[0], in[1], in[2], keep);
+       }},
+      {"sdpa_causal", "scaled_dot_product_attention", {{3, 5, 2}, {3, 4, 2}, {3, 4, 3}},
+       [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), true); }},
   };
 }
 
