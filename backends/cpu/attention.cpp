@@ -90,7 +90,9 @@ void mm_nt_bf16(const uint16_t* a, int64_t lda, int64_t m, const uint16_t* b, in
   bf::gemm(a_pack, bf::k_padded(k), m, k, b_pack, n, c, ldc, nullptr);
 }
 
-bool bf16_tile(DType dtype, int64_t E, int64_t Ev) { return dtype == DType::BF16 && E > 0 && Ev > 0 && bf::available(); }
+bool bf16_tile(DType dtype, int64_t E, int64_t Ev) {
+  return dtype == DType::BF16 && E > 0 && Ev > 0 && bf::available();
+}
 
 namespace {
 
@@ -108,7 +110,10 @@ struct ForwardTiles {
     s = c.take<C>(kQueryRows * kKeyCols), o = c.take<C>(kQueryRows * Ev);
     m = c.take<C>(kQueryRows), l = c.take<C>(kQueryRows), mask = c.take<C>(kKeyCols);
     pack = c.take<C>(pack_size(kQueryRows, std::max(E, kKeyCols)));
-    if (bf16_tile(dtype, E, Ev)) a16 = c.take<uint16_t>(bf16_a_size(kQueryRows, E)), b16 = c.take<uint16_t>(bf16_b_size(kKeyCols, E));
+    if (bf16_tile(dtype, E, Ev)) {
+      a16 = c.take<uint16_t>(bf16_a_size(kQueryRows, E));
+      b16 = c.take<uint16_t>(bf16_b_size(kKeyCols, E));
+    }
     return c.used();
   }
 };
@@ -176,11 +181,13 @@ void forward_block(const AttentionArgs& a, const AttnGeom& g, const Logits& logi
     const int64_t cols = std::min(kKeyCols, keys - k0);
     if constexpr (std::is_same_v<C, float>) {
       if (tile16) {
-        mm_nt_bf16(reinterpret_cast<const uint16_t*>(q_src), E, rows, reinterpret_cast<const uint16_t*>(k_head + k0 * E),
-                   E, cols, E, t.s, kKeyCols, t.a16, t.b16);
+        mm_nt_bf16(reinterpret_cast<const uint16_t*>(q_src), E, rows,
+                   reinterpret_cast<const uint16_t*>(k_head + k0 * E), E, cols, E, t.s, kKeyCols, t.a16, t.b16);
       }
     }
-    if (!tile16) mm_nt(q, E, rows, as_compute(k_head + k0 * E, cols * E, t.k), E, cols, E, t.s, kKeyCols, false, t.pack);
+    if (!tile16) {
+      mm_nt(q, E, rows, as_compute(k_head + k0 * E, cols * E, t.k), E, cols, E, t.s, kKeyCols, false, t.pack);
+    }
     logits.apply(t.s, kKeyCols, rows, cols, q0, k0, false, b, t.mask);
     online_softmax(t.s, kKeyCols, rows, cols, t.m, t.l, t.o, Ev);
     mm_nn(t.s, kKeyCols, rows, cols, as_compute(v_head + k0 * Ev, cols * Ev, t.v), Ev, Ev, t.o, Ev, true, t.pack);
