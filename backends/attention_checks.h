@@ -92,6 +92,10 @@ inline AttnGeom check_attention_forward(const AttentionArgs& a) {
   const DType stats = attention_stats_dtype(a.q.dtype);
   DEMI_CHECK(a.logsumexp.shape == lse && a.logsumexp.dtype == stats, op, ": logsumexp must be ", lse, " ", stats,
              ", got ", a.logsumexp.shape, " ", a.logsumexp.dtype);
+  DEMI_CHECK(!a.out_residual.defined() || (a.out_residual.shape == out && a.out_residual.dtype == a.q.dtype &&
+                                           is_half(a.q.dtype)),
+             op, ": out_residual must be ", out, " of a half dtype like out, got ", a.out_residual.shape, " ",
+             a.out_residual.dtype, " for ", a.q.dtype, " inputs");
   return g;
 }
 

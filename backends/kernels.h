@@ -253,16 +253,20 @@ struct EmbeddingArgs {
 // (optional) broadcasts to [..., L, S]: U8 (nonzero: the key takes part, as torch's bool mask) or
 // floating (added; any floating dtype). causal: key j takes part in query i's row only when j <= i
 // (upper-left aligned); not with a mask. A row in which no key takes part gives 0 (its gradients
-// too), as torch's CPU kernels and its math path since 2.5 do.
+// too), as torch (2.5 on) gives.
 // Half inputs: both products accumulate in fp32, the softmax is fp32 with the running maximum
 // subtracted, the output is rounded once: a logit past 65504 is never stored in fp16.
 // forward:  reads q, k, v, mask -> writes out and logsumexp ([..., L], F32; F64 for F64 inputs;
 //           log of the row's sum of exp, the maximum included: what backward needs to rebuild P).
-// backward: reads q, k, v, mask, out, logsumexp, grad_out -> writes grad_q, grad_k, grad_v (each
-//           optional) and grad_mask (optional: [..., L, S] of the unbroadcast scores' gradient, F32
-//           or F64 like logsumexp; the caller sums it down to the mask's shape).
+//           out_residual (optional, half inputs): out's rounding error, the fp32 output minus out,
+//           rounded to out's dtype; backward adds it back, so that D = rowsum(grad_out * output)
+//           sees the output to about 2^-16 rather than to half's rounding (which put an error of
+//           2^-9 |grad_out| |out| into every score gradient of the row).
+// backward: reads q, k, v, mask, out (+ out_residual), logsumexp, grad_out -> writes grad_q, grad_k,
+//           grad_v (each optional) and grad_mask (optional: [..., L, S] of the unbroadcast scores'
+//           gradient, F32 or F64 like logsumexp; the caller sums it down to the mask's shape).
 struct AttentionArgs {
-  TensorRef q, k, v, mask, out, logsumexp;
+  TensorRef q, k, v, mask, out, logsumexp, out_residual;
   TensorRef grad_out, grad_q, grad_k, grad_v, grad_mask;
   bool causal = false;
   double scale = 1.0;

@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <random>
@@ -379,6 +380,33 @@ BENCHMARK_CAPTURE(BM_GeluAirNet, f32_forward, DType::F32, Pass::Forward)->UseRea
 BENCHMARK_CAPTURE(BM_GeluAirNet, f32_backward, DType::F32, Pass::BackwardData)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GeluAirNet, bf16_forward, DType::BF16, Pass::Forward)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GeluAirNet, bf16_backward, DType::BF16, Pass::BackwardData)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+
+// scaled_dot_product_attention's kernels at CCT's shapes (batch 128, heads 2 or 4, L = S = 64 or
+// 256, E = 64): forward and backward (grad_q, grad_k, grad_v) per iteration. GFLOP/s counts the
+// seven L x S x E products (two forward, five backward) at 2 flops each.
+void BM_Attention(benchmark::State& state, DType dtype) {
+  const int64_t batch = state.range(0), heads = state.range(1), L = state.range(2), E = state.range(3);
+  const Shape qkv{batch, heads, L, E}, stats{batch, heads, L};
+  Buffer q(dtype, qkv), k(dtype, qkv), v(dtype, qkv), out(dtype, qkv), lse(DType::F32, stats);
+  Buffer go(dtype, qkv), gq(dtype, qkv), gk(dtype, qkv), gv(dtype, qkv);
+  AttentionArgs args;
+  args.q = q.ref(), args.k = k.ref(), args.v = v.ref(), args.out = out.ref(), args.logsumexp = lse.ref();
+  args.grad_out = go.ref(), args.grad_q = gq.ref(), args.grad_k = gk.ref(), args.grad_v = gv.ref();
+  args.scale = 1.0 / std::sqrt(static_cast<double>(E));
+  Kernels& kernels = kernels_for(Device::cpu());
+  for (auto _ : state) {
+    kernels.attention_forward(args);
+    kernels.attention_backward(args);
+    benchmark::ClobberMemory();
+  }
+  set_gflops(state, 14.0 * batch * heads * L * L * E);
+}
+void attention_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"batch", "heads", "L", "E"})->Args({128, 2, 64, 64})->Args({128, 4, 64, 64})->Args({128, 2, 256, 64})->Args({128, 4, 256, 64});
+  b->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+}
+BENCHMARK_CAPTURE(BM_Attention, f32, DType::F32)->Apply(attention_shapes);
+BENCHMARK_CAPTURE(BM_Attention, bf16, DType::BF16)->Apply(attention_shapes);
 
 }  // namespace
 }  // namespace demi::backend

@@ -212,6 +212,12 @@ def global_max_pool2d(x):
     return F.max_pool2d(x, kernel_size=x.shape[-2:])  # nn.AdaptiveMaxPool2d(1)'s choice of index
 
 
+def scaled_dot_product_attention(x, p):
+    """crosscheck_ops.cpp's sdpa cases: the bool mask arrives as 0 / 1 integers."""
+    mask = x[3].bool() if p["mask"] == "bool" else x[3] if p["mask"] == "additive" else None
+    return [F.scaled_dot_product_attention(x[0], x[1], x[2], attn_mask=mask, is_causal=p["causal"])]
+
+
 # op name -> f(inputs, params) -> list of outputs (the first differentiated)
 OPS = {
     "add": lambda x, p: [x[0] + x[1]],
@@ -278,9 +284,10 @@ OPS = {
     "unsqueeze": lambda x, p: [x[0].unsqueeze(p["dim"])],
     "squeeze": lambda x, p: [x[0].squeeze() if p["dim"] is None else x[0].squeeze(p["dim"])],
     "expand": lambda x, p: [x[0].expand(p["shape"])],
+    "scaled_dot_product_attention": scaled_dot_product_attention,
 }
 # Cases whose inputs are scaled before the op (crosscheck_ops.cpp does the same).
-PRE_SCALE = {"softmax_large_logits": 1000.0, "cross_entropy_confident": 100.0}
+PRE_SCALE = {"softmax_large_logits": 1000.0, "cross_entropy_confident": 100.0, "sdpa_large_logits": 30.0}
 
 
 def run_torch(case, inputs, gy, dtype64, autocast_dtype):

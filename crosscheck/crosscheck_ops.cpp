@@ -423,6 +423,29 @@ std::vector<Case> dtype_cases() {
       one([](auto& x) { return cross_entropy(x[0] * 100.0, x[1]); }));
   add_dropout_embedding_cases(c);
   tensor_op_cases(add, r);
+
+  // Attention: L and S past the CPU's tiles with tails, odd E; a bool mask (drawn 0 / 1, passed as
+  // uint8) per key, an additive mask with its gradient, causal rows with L < S and L > S, logits of
+  // tens of units (q scaled by 30).
+  auto sdpa = [](const std::string& mask, bool causal, double q_scale = 1.0) {
+    return one([=](auto& x) {
+      const Tensor q = q_scale == 1.0 ? x[0] : x[0] * q_scale;
+      const Tensor m = mask == "bool" ? x[3].to(DType::U8) : mask == "additive" ? x[3] : Tensor();
+      return scaled_dot_product_attention(q, x[1], x[2], m, causal);
+    });
+  };
+  const std::string op = "scaled_dot_product_attention";
+  const Shape q{2, 3, 70, 17}, k{2, 3, 130, 17}, v{2, 3, 130, 9};
+  add("sdpa", op, {{"mask", "none"}, {"causal", false}}, {normal(q), normal(k), normal(v)}, sdpa("none", false));
+  add("sdpa_bool_mask", op, {{"mask", "bool"}, {"causal", false}},
+      {normal(q), normal(k), normal(v), labels({2, 1, 1, 130}, 2)}, sdpa("bool", false));
+  add("sdpa_additive_mask", op, {{"mask", "additive"}, {"causal", false}},
+      {normal(q), normal(k), normal(v), normal({70, 130})}, sdpa("additive", false));
+  add("sdpa_causal", op, {{"mask", "none"}, {"causal", true}}, {normal(q), normal(k), normal(v)}, sdpa("none", true));
+  add("sdpa_causal_more_queries", op, {{"mask", "none"}, {"causal", true}},
+      {normal({2, 2, 150, 16}), normal({2, 2, 70, 16}), normal({2, 2, 70, 8})}, sdpa("none", true));
+  add("sdpa_large_logits", op, {{"mask", "none"}, {"causal", false}},
+      {normal({2, 2, 33, 16}), normal({2, 2, 40, 16}), normal({2, 2, 40, 16})}, sdpa("none", false, 30.0));
   return c;
 }
 
@@ -551,7 +574,8 @@ std::vector<Case> autocast_cases() {
   std::vector<Case> all = dtype_cases(), keep;
   const std::vector<std::string> ops = {"add", "mul", "exp", "log", "sqrt", "pow", "relu", "gelu", "sum", "mean",
                                         "matmul", "linear", "conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d",
-                                        "batch_norm", "softmax", "log_softmax", "cross_entropy"};
+                                        "batch_norm", "softmax", "log_softmax", "cross_entropy",
+                                        "scaled_dot_product_attention"};
   for (Case& c : all) {
     if (c.name.find("specials") != std::string::npos) continue;
     if (std::find(ops.begin(), ops.end(), c.op) != ops.end()) keep.push_back(std::move(c));

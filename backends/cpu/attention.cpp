@@ -141,8 +141,9 @@ void online_softmax(C* s, int64_t ld, int64_t rows, int64_t cols, C* m, C* l, C*
 
 // out = o / l rounded once, logsumexp = m + log(l); a row where nothing took part: 0 and 0 (torch's
 // choice, which rebuilds P = exp(-inf - 0) = 0 in backward).
+// With residual, what rounding took off each value of out, rounded to T itself.
 template <typename T, typename C>
-void finish_rows(const C* m, const C* l, C* o, int64_t rows, int64_t Ev, T* out, C* lse) {
+void finish_rows(const C* m, const C* l, C* o, int64_t rows, int64_t Ev, T* out, T* residual, C* lse) {
   using Array = Eigen::Array<C, Eigen::Dynamic, 1>;
   for (int64_t r = 0; r < rows; ++r) {
     Eigen::Map<Array> row(o + r * Ev, Ev);
@@ -158,6 +159,7 @@ void finish_rows(const C* m, const C* l, C* o, int64_t rows, int64_t Ev, T* out,
     std::copy(o, o + rows * Ev, out);
   } else {
     convert_n(o, out, rows * Ev);
+    for (int64_t i = 0; residual && i < rows * Ev; ++i) residual[i] = T(o[i] - static_cast<C>(out[i]));
   }
 }
 
@@ -192,7 +194,9 @@ void forward_block(const AttentionArgs& a, const AttnGeom& g, const Logits& logi
     online_softmax(t.s, kKeyCols, rows, cols, t.m, t.l, t.o, Ev);
     mm_nn(t.s, kKeyCols, rows, cols, as_compute(v_head + k0 * Ev, cols * Ev, t.v), Ev, Ev, t.o, Ev, true, t.pack);
   }
-  finish_rows(t.m, t.l, t.o, rows, Ev, a.out.as<T>() + (b * g.L + q0) * Ev, a.logsumexp.as<C>() + b * g.L + q0);
+  const int64_t at = (b * g.L + q0) * Ev;
+  T* residual = a.out_residual.defined() ? a.out_residual.as<T>() + at : nullptr;
+  finish_rows(t.m, t.l, t.o, rows, Ev, a.out.as<T>() + at, residual, a.logsumexp.as<C>() + b * g.L + q0);
 }
 
 template <typename T>

@@ -133,13 +133,17 @@ void key_block(const AttentionArgs& a, const AttnGeom& g, const Logits& logits, 
   if (a.grad_v.defined()) store_scaled(t.dv, cols * Ev, C(1), a.grad_v.as<T>() + row * Ev);
 }
 
-// D_i = sum_e dO[i][e] out[i][e] for the head's L queries, in C.
+// D_i = sum_e dO[i][e] (out[i][e] + residual[i][e]) for the head's L queries, in C (residual: out's
+// rounding error, or null).
 template <typename T>
-void row_dots(const T* go, const T* out, int64_t L, int64_t Ev, acc_t<T>* d) {
+void row_dots(const T* go, const T* out, const T* residual, int64_t L, int64_t Ev, acc_t<T>* d) {
   using C = acc_t<T>;
   for (int64_t i = 0; i < L; ++i) {
     C sum = 0;
-    for (int64_t e = 0; e < Ev; ++e) sum += static_cast<C>(go[i * Ev + e]) * static_cast<C>(out[i * Ev + e]);
+    for (int64_t e = 0; e < Ev; ++e) {
+      const int64_t at = i * Ev + e;
+      sum += static_cast<C>(go[at]) * (static_cast<C>(out[at]) + (residual ? static_cast<C>(residual[at]) : C(0)));
+    }
     d[i] = sum;
   }
 }
@@ -156,7 +160,8 @@ void backward_unit(const AttentionArgs& a, const AttnGeom& g, const Logits& logi
   using C = acc_t<T>;
   const int64_t b = u / split.groups, group = u % split.groups, L = g.L, E = g.E;
   const T* go = a.grad_out.as<T>() + b * L * g.Ev;
-  row_dots(go, a.out.as<T>() + b * L * g.Ev, L, g.Ev, t.d);
+  const T* residual = a.out_residual.defined() ? a.out_residual.as<T>() + b * L * g.Ev : nullptr;
+  row_dots(go, a.out.as<T>() + b * L * g.Ev, residual, L, g.Ev, t.d);
   C* dq = !a.grad_q.defined() ? nullptr : split.groups == 1 ? t.dq : partials + u * L * E;
   if (dq) std::fill(dq, dq + L * E, C(0));
   const Head<T> h{a.q.as<T>() + b * L * E, a.k.as<T>() + b * g.S * E, a.v.as<T>() + b * g.S * g.Ev, go,

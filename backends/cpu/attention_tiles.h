@@ -71,19 +71,20 @@ const C* as_compute(const T* src, int64_t n, C* buffer) {
   }
 }
 
-// exp(x - shift) for a row, 0 below the normal range (Eigen's vectorised exp clamps there and gave
-// 2.9e-39 for exp(-inf)): such terms are below 1e-38 of the row's largest, which is 1.
+// exp(x - shift) for a row, 0 below the normal range: Eigen's vectorised exp clamps there (it gave
+// 2.9e-39 for exp(-inf)), and such terms are below 1e-38 of the row's largest, which is 1. Two
+// passes that vectorise: Eigen 3.4's select() runs element by element, through scalar expf.
 template <typename C>
 void exp_shifted(C* x, const C* shift, bool per_element, int64_t n) {
   using Array = Eigen::Array<C, Eigen::Dynamic, 1>;
-  static const C low = std::log(std::numeric_limits<C>::min());
   Eigen::Map<Array> v(x, n);
   if (per_element) {
-    const Eigen::Map<const Array> s(shift, n);
-    v = ((v - s) < low).select(C(0), (v - s).exp());
+    v = (v - Eigen::Map<const Array>(shift, n)).exp();
   } else {
-    v = ((v - *shift) < low).select(C(0), (v - *shift).exp());
+    v = (v - *shift).exp();
   }
+  const C tiny = std::numeric_limits<C>::min();
+  for (int64_t j = 0; j < n; ++j) x[j] = x[j] < tiny ? C(0) : x[j];
 }
 
 // What turns a tile of q k^T into logits: times scale, plus the mask (a U8 mask as 0 / -inf, the

@@ -143,16 +143,28 @@ __global__ void probs_kernel(C* s, const C* lse, MaskView mask, bool causal, int
   }
 }
 
-// dS = P (dP - D) in place of dP, with D = rowsum(dO * out) over the row's Ev values; grad_mask
-// (optional) gets a copy.
+// out = o rounded once, and residual = (o - out) rounded, for half outputs (n values).
+template <typename T>
+__global__ void round_with_residual_kernel(const float* o, T* out, T* residual, int64_t n) {
+  for (int64_t i = thread_index(); i < n; i += grid_width()) {
+    const T rounded = Narrow<T>::from(o[i]);
+    out[i] = rounded;
+    residual[i] = Narrow<T>::from(o[i] - widen(rounded));
+  }
+}
+
+// dS = P (dP - D) in place of dP, with D = rowsum(dO * (out + residual)) over the row's Ev values
+// (residual: out's rounding error, or null); grad_mask (optional) gets a copy.
 template <typename T, typename C, bool kBlockPerRow>
-__global__ void score_grad_kernel(const C* p, C* dp, const T* go, const T* out, C* grad_mask, int64_t rows, int64_t S,
-                                  int64_t Ev) {
+__global__ void score_grad_kernel(const C* p, C* dp, const T* go, const T* out, const T* residual, C* grad_mask,
+                                  int64_t rows, int64_t S, int64_t Ev) {
   const RowLanes<kBlockPerRow> lanes;
   for (int64_t row = lanes.first_row; row < rows; row += lanes.row_step) {
     C d = 0;
     for (int64_t e = lanes.lane; e < Ev; e += lanes.width) {
-      d += static_cast<C>(widen(go[row * Ev + e])) * static_cast<C>(widen(out[row * Ev + e]));
+      const int64_t at = row * Ev + e;
+      const C o = static_cast<C>(widen(out[at])) + (residual ? static_cast<C>(widen(residual[at])) : C(0));
+      d += static_cast<C>(widen(go[at])) * o;
     }
     d = lanes.reduce(d, Sum{}, C(0));
     for (int64_t j = lanes.lane; j < S; j += lanes.width) {
@@ -225,6 +237,19 @@ void launch_rows(CudaKernels& k, int64_t rows, int64_t width, Launch&& launch) {
 
 }  // namespace
 
+// out and out_residual from the fp32 output o of a half attention.
+void CudaKernels::round_with_residual(const AttentionArgs& a, const TensorRef& o) {
+  dispatch_floating(a.out.dtype, "attention_forward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<acc_t<T>, T>) {
+      const int64_t n = a.out.numel();
+      round_with_residual_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(o.as<float>(), a.out.as<T>(),
+                                                                                       a.out_residual.as<T>(), n);
+      DEMI_CUDA_LAUNCH_CHECK("round_with_residual_kernel");
+    }
+  });
+}
+
 void CudaKernels::attention_forward_impl(const AttentionArgs& a, const AttnGeom& g) {
   const int64_t rows = g.batch * g.L;
   if (rows == 0) return;
@@ -235,6 +260,7 @@ void CudaKernels::attention_forward_impl(const AttentionArgs& a, const AttnGeom&
   for (int pass = 0; pass < 2; ++pass) {  // sizes, then addresses
     void* scores = r.take(static_cast<size_t>(rows * g.S) * dtype_size(stats));
     void* v_wide = a.v.dtype == stats ? nullptr : r.take(a.v.nbytes() / dtype_size(a.v.dtype) * dtype_size(stats));
+    void* o_wide = a.out_residual.defined() ? r.take(static_cast<size_t>(a.out.numel()) * sizeof(float)) : nullptr;
     if (pass == 0) {
       r.set_base(attention_scratch(r.used()));
       continue;
@@ -251,10 +277,13 @@ void CudaKernels::attention_forward_impl(const AttentionArgs& a, const AttnGeom&
     });
     if (g.S == 0) {
       fill_impl(a.out, 0.0);
+      if (a.out_residual.defined()) fill_impl(a.out_residual, 0.0);
       return;
     }
     const TensorRef v = widened(*this, a.v, stats, v_wide);
-    gemm(batched(s, Transpose::No, v, Transpose::No, a.out, g.batch, g.L, g.Ev, g.S, 1.0));
+    const TensorRef o = o_wide ? TensorRef{o_wide, a.out.shape, DType::F32} : a.out;
+    gemm(batched(s, Transpose::No, v, Transpose::No, o, g.batch, g.L, g.Ev, g.S, 1.0));
+    if (o_wide) round_with_residual(a, o);
   }
 }
 
@@ -299,7 +328,8 @@ void CudaKernels::attention_backward_impl(const AttentionArgs& a, const AttnGeom
       C* grad_mask = a.grad_mask.defined() ? a.grad_mask.as<C>() : nullptr;
       launch_rows(*this, rows, std::max(g.S, g.Ev), [&](auto per_block, unsigned blocks) {
         score_grad_kernel<T, C, decltype(per_block)::value><<<blocks, kThreads, 0, stream_>>>(
-            p.as<C>(), dp.as<C>(), a.grad_out.as<T>(), a.out.as<T>(), grad_mask, rows, g.S, g.Ev);
+            p.as<C>(), dp.as<C>(), a.grad_out.as<T>(), a.out.as<T>(),
+            a.out_residual.defined() ? a.out_residual.as<T>() : nullptr, grad_mask, rows, g.S, g.Ev);
       });
       DEMI_CUDA_LAUNCH_CHECK("score_grad_kernel");
     });

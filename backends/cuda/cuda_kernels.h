@@ -90,6 +90,7 @@ class CudaKernels final : public Kernels {
   // attention.cu: cuBLASLt products through gemm_impl, the softmax and its gradient in fp32
   void attention_forward_impl(const AttentionArgs& args, const AttnGeom& g) override;
   void attention_backward_impl(const AttentionArgs& args, const AttnGeom& g) override;
+  void round_with_residual(const AttentionArgs& args, const TensorRef& out_fp32);
 
  public:
   // memory.cu: a device buffer of at least `bytes` for a library call's scratch (cuBLASLt, cuDNN),

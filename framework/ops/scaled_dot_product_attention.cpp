@@ -3,7 +3,11 @@
 // never stores the scores in the inputs' dtype: half inputs are multiplied with fp32 sums, the
 // softmax runs in fp32, and the output is rounded once, so logits past fp16's 65504 stay finite.
 // Forward saves q, k, v, the mask, the output and each row's logsumexp (fp32), from which backward
-// rebuilds the probabilities; a floating mask gets the scores' gradient, summed over its broadcast.
+// rebuilds the probabilities, and for half inputs the output's rounding error (out_residual, one more
+// half tensor of out's size): with it the backward's D = rowsum(grad_out * output) is as exact as
+// PyTorch's fp32 computation on the CPU, without it grad_q and grad_k erred by 2^-9 of
+// |grad_out| |out| on their small elements. A floating mask gets the scores' gradient, summed over
+// its broadcast.
 #include <cmath>
 
 #include "backends/attention_checks.h"
@@ -32,24 +36,27 @@ struct ScaledDotProductAttention {
     lse_shape.pop_back();
     Tensor out = empty(out_shape, q.dtype(), q.device());
     Tensor lse = empty(lse_shape, backend::attention_stats_dtype(q.dtype()), q.device());
+    Tensor residual = is_half(q.dtype()) && ctx.recording() ? empty(out_shape, q.dtype(), q.device()) : Tensor();
     backend::AttentionArgs args;
     args.q = q.ref(), args.k = k.ref(), args.v = v.ref(), args.out = out.ref(), args.logsumexp = lse.ref();
     if (mask.defined()) args.mask = mask.ref();
+    if (residual.defined()) args.out_residual = residual.ref();
     args.causal = causal;
     args.scale = scale;
     kernels(q).attention_forward(args);
-    for (const Tensor& t : {q, k, v, mask, out, lse}) ctx.save(t);
+    for (const Tensor& t : {q, k, v, mask, out, lse, residual}) ctx.save(t);
     ctx.set_attrs(AttentionAttrs{causal, scale});
     return out;
   }
 
   static TensorList backward(OpContext& ctx, const Tensor& grad_y) {
     const Tensor &q = ctx.saved(0), &k = ctx.saved(1), &v = ctx.saved(2), &mask = ctx.saved(3);
-    const Tensor &out = ctx.saved(4), &lse = ctx.saved(5);
+    const Tensor &out = ctx.saved(4), &lse = ctx.saved(5), &residual = ctx.saved(6);
     const AttentionAttrs& attrs = ctx.attrs<AttentionAttrs>();
     backend::AttentionArgs args;
     args.q = q.ref(), args.k = k.ref(), args.v = v.ref(), args.out = out.ref(), args.logsumexp = lse.ref();
     if (mask.defined()) args.mask = mask.ref();
+    if (residual.defined()) args.out_residual = residual.ref();
     args.causal = attrs.causal;
     args.scale = attrs.scale;
     const Tensor go = grad_y.dtype() == out.dtype() ? grad_y : grad_y.to(out.dtype());

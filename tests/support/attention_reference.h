@@ -58,7 +58,9 @@ inline Shape with(Shape lead, int64_t a, int64_t b) {
   return lead;
 }
 
-inline DType attention_mask_dtype(const AttnCase& c, DType dtype) { return c.mask == AttnMask::Bool ? DType::U8 : dtype; }
+inline DType attention_mask_dtype(const AttnCase& c, DType dtype) {
+  return c.mask == AttnMask::Bool ? DType::U8 : dtype;
+}
 inline Shape attention_mask_shape(const AttnCase& c) { return c.mask == AttnMask::None ? Shape{1} : c.mask_shape; }
 
 // A case's inputs as drawn (the caller stores them in its dtype and reads back what was stored):
@@ -107,14 +109,13 @@ inline double mask_term(const AttnCase& c, const std::vector<double>& mask, int6
   return c.mask == AttnMask::Bool ? (m != 0 ? 0.0 : -INFINITY) : m;
 }
 
-// Probabilities of each (batch, query) row (all zeros where no key takes part), the output and,
-// given the stored output and grad_out, the gradients (D from the stored output, as backward reads it).
+// Probabilities of each (batch, query) row (all zeros where no key takes part), the output and the
+// gradients for x.go, all exact on the stored inputs.
 struct AttnReference {
   std::vector<double> p, out, gq, gk, gv, gmask;
 };
 
-inline AttnReference attention_reference(const AttnCase& c, const AttnValues& x, const std::vector<double>* out,
-                                         double scale) {
+inline AttnReference attention_reference(const AttnCase& c, const AttnValues& x, double scale) {
   const int64_t B = shape_numel(c.lead), L = c.L, S = c.S, E = c.E, Ev = c.Ev;
   AttnReference r;
   r.p.assign(B * L * S, 0.0), r.out.assign(B * L * Ev, 0.0);
@@ -138,13 +139,12 @@ inline AttnReference attention_reference(const AttnCase& c, const AttnValues& x,
       }
     }
   }
-  if (!out) return r;
   r.gq.assign(B * L * E, 0.0), r.gk.assign(B * S * E, 0.0), r.gv.assign(B * S * Ev, 0.0);
   r.gmask.assign(B * L * S, 0.0);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = 0; i < L; ++i) {
-      double d = 0;  // from the stored output, which backward reads
-      for (int64_t e = 0; e < Ev; ++e) d += x.go.at((b * L + i) * Ev + e) * out->at((b * L + i) * Ev + e);
+      double d = 0;
+      for (int64_t e = 0; e < Ev; ++e) d += x.go.at((b * L + i) * Ev + e) * r.out[(b * L + i) * Ev + e];
       for (int64_t j = 0; j < S; ++j) {
         const double p = r.p[(b * L + i) * S + j];
         double dp = 0;
