@@ -42,42 +42,58 @@ void eigen_product(MutMap<C> c, const P& product, bool accumulate) {
 
 int64_t pack_size(int64_t m, int64_t k) { return pg::packed_size(m, k); }
 
-void mm_nt(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t n, int64_t k, float* c,
-           int64_t ldc, bool accumulate, float* pack) {
-  pg::pack_a(a, lda, 1, m, k, pack);
-  pg::gemm_bt(pack, m, k, b, ldb, n, c, ldc, accumulate ? pg::Accumulate::Yes : pg::Accumulate::No);
+namespace {
+pg::Accumulate accumulate_of(bool accumulate) { return accumulate ? pg::Accumulate::Yes : pg::Accumulate::No; }
+template <typename C>
+ConstMap<C> view(const C* p, int64_t rows, int64_t cols, int64_t ld) {
+  return ConstMap<C>(p, rows, cols, Eigen::OuterStride<>(ld));
 }
-void mm_nn(const float* a, int64_t lda, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c,
-           int64_t ldc, bool accumulate, float* pack) {
-  pg::pack_a(a, lda, 1, m, k, pack);
-  pg::gemm(pack, m, k, b, ldb, n, c, ldc, nullptr, accumulate ? pg::Accumulate::Yes : pg::Accumulate::No);
+}  // namespace
+
+template <typename C>
+void mm_nt(const C* a, int64_t lda, int64_t m, const C* b, int64_t ldb, int64_t n, int64_t k, C* c, int64_t ldc,
+           bool accumulate, C* pack) {
+  if constexpr (std::is_same_v<C, float>) {
+    pg::pack_a(a, lda, 1, m, k, pack);
+    pg::gemm_bt(pack, m, k, b, ldb, n, c, ldc, accumulate_of(accumulate));
+  } else {
+    eigen_product<C>(MutMap<C>(c, m, n, Eigen::OuterStride<>(ldc)), view(a, m, k, lda) * view(b, n, k, ldb).transpose(),
+                     accumulate);
+  }
 }
-void mm_tn(const float* a, int64_t lda, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c,
-           int64_t ldc, bool accumulate, float* pack) {
-  pg::pack_a(a, 1, lda, m, k, pack);  // A[i][p] = a[p * lda + i]: each panel's rows are contiguous in a
-  pg::gemm(pack, m, k, b, ldb, n, c, ldc, nullptr, accumulate ? pg::Accumulate::Yes : pg::Accumulate::No);
+template <typename C>
+void mm_nn(const C* a, int64_t lda, int64_t m, int64_t k, const C* b, int64_t ldb, int64_t n, C* c, int64_t ldc,
+           bool accumulate, C* pack) {
+  if constexpr (std::is_same_v<C, float>) {
+    pg::pack_a(a, lda, 1, m, k, pack);
+    pg::gemm(pack, m, k, b, ldb, n, c, ldc, nullptr, accumulate_of(accumulate));
+  } else {
+    eigen_product<C>(MutMap<C>(c, m, n, Eigen::OuterStride<>(ldc)), view(a, m, k, lda) * view(b, k, n, ldb), accumulate);
+  }
 }
-void mm_nt(const double* a, int64_t lda, int64_t m, const double* b, int64_t ldb, int64_t n, int64_t k, double* c,
-           int64_t ldc, bool accumulate, double*) {
-  eigen_product<double>(MutMap<double>(c, m, n, Eigen::OuterStride<>(ldc)),
-                        ConstMap<double>(a, m, k, Eigen::OuterStride<>(lda)) *
-                            ConstMap<double>(b, n, k, Eigen::OuterStride<>(ldb)).transpose(),
-                        accumulate);
+template <typename C>
+void mm_tn(const C* a, int64_t lda, int64_t m, int64_t k, const C* b, int64_t ldb, int64_t n, C* c, int64_t ldc,
+           bool accumulate, C* pack) {
+  if constexpr (std::is_same_v<C, float>) {
+    pg::pack_a(a, 1, lda, m, k, pack);  // A[i][p] = a[p * lda + i]: each panel's rows are contiguous in a
+    pg::gemm(pack, m, k, b, ldb, n, c, ldc, nullptr, accumulate_of(accumulate));
+  } else {
+    eigen_product<C>(MutMap<C>(c, m, n, Eigen::OuterStride<>(ldc)), view(a, k, m, lda).transpose() * view(b, k, n, ldb),
+                     accumulate);
+  }
 }
-void mm_nn(const double* a, int64_t lda, int64_t m, int64_t k, const double* b, int64_t ldb, int64_t n, double* c,
-           int64_t ldc, bool accumulate, double*) {
-  eigen_product<double>(MutMap<double>(c, m, n, Eigen::OuterStride<>(ldc)),
-                        ConstMap<double>(a, m, k, Eigen::OuterStride<>(lda)) *
-                            ConstMap<double>(b, k, n, Eigen::OuterStride<>(ldb)),
-                        accumulate);
-}
-void mm_tn(const double* a, int64_t lda, int64_t m, int64_t k, const double* b, int64_t ldb, int64_t n, double* c,
-           int64_t ldc, bool accumulate, double*) {
-  eigen_product<double>(MutMap<double>(c, m, n, Eigen::OuterStride<>(ldc)),
-                        ConstMap<double>(a, k, m, Eigen::OuterStride<>(lda)).transpose() *
-                            ConstMap<double>(b, k, n, Eigen::OuterStride<>(ldb)),
-                        accumulate);
-}
+template void mm_nt(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t, bool,
+                    float*);
+template void mm_nt(const double*, int64_t, int64_t, const double*, int64_t, int64_t, int64_t, double*, int64_t, bool,
+                    double*);
+template void mm_nn(const float*, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, bool,
+                    float*);
+template void mm_nn(const double*, int64_t, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t, bool,
+                    double*);
+template void mm_tn(const float*, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, bool,
+                    float*);
+template void mm_tn(const double*, int64_t, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t, bool,
+                    double*);
 
 int64_t bf16_a_size(int64_t m, int64_t k) { return bf::m_padded(m) * bf::k_padded(k); }
 int64_t bf16_b_size(int64_t n, int64_t k) { return bf::b_size(k, n); }

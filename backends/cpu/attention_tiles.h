@@ -38,19 +38,17 @@ class Carver {
 
 // Small products of row-major operands (leading dims given), C (m x n) = or += (accumulate):
 //   mm_nt: A (m x k) B^T, B n x k;  mm_nn: A (m x k) B, B k x n;  mm_tn: A^T B with A stored k x m.
-// fp32 on the level's packed tile (A packed into `pack`, packed_size(m, k) floats), fp64 on Eigen.
-void mm_nt(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t n, int64_t k, float* c,
-           int64_t ldc, bool accumulate, float* pack);
-void mm_nn(const float* a, int64_t lda, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c,
-           int64_t ldc, bool accumulate, float* pack);
-void mm_tn(const float* a, int64_t lda, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c,
-           int64_t ldc, bool accumulate, float* pack);
-void mm_nt(const double* a, int64_t lda, int64_t m, const double* b, int64_t ldb, int64_t n, int64_t k, double* c,
-           int64_t ldc, bool accumulate, double* pack);
-void mm_nn(const double* a, int64_t lda, int64_t m, int64_t k, const double* b, int64_t ldb, int64_t n, double* c,
-           int64_t ldc, bool accumulate, double* pack);
-void mm_tn(const double* a, int64_t lda, int64_t m, int64_t k, const double* b, int64_t ldb, int64_t n, double* c,
-           int64_t ldc, bool accumulate, double* pack);
+// fp32 (C = float) on the level's packed tile (A packed into `pack`, pack_size(m, k) floats), fp64
+// (C = double) on Eigen; defined for those two.
+template <typename C>
+void mm_nt(const C* a, int64_t lda, int64_t m, const C* b, int64_t ldb, int64_t n, int64_t k, C* c, int64_t ldc,
+           bool accumulate, C* pack);
+template <typename C>
+void mm_nn(const C* a, int64_t lda, int64_t m, int64_t k, const C* b, int64_t ldb, int64_t n, C* c, int64_t ldc,
+           bool accumulate, C* pack);
+template <typename C>
+void mm_tn(const C* a, int64_t lda, int64_t m, int64_t k, const C* b, int64_t ldb, int64_t n, C* c, int64_t ldc,
+           bool accumulate, C* pack);
 // Floats (doubles) of `pack` the products above need for A of at most m x k.
 int64_t pack_size(int64_t m, int64_t k);
 // C (m x n, fp32) = A B^T for bf16 A (m x k) and B (n x k), exact products summed in fp32 on the
