@@ -58,6 +58,8 @@ class NullKernels final : public Kernels {
   void embedding_backward_impl(const EmbeddingArgs&) override { ++calls; }
   void argmin_impl(const TensorRef&, const TensorRef&) override { ++calls; }
   void where_impl(const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&) override { ++calls; }
+  void attention_forward_impl(const AttentionArgs&, const AttnGeom&) override { ++calls; }
+  void attention_backward_impl(const AttentionArgs&, const AttnGeom&) override { ++calls; }
 };
 
 // Host memory the refs point at (the checks read shapes and dtypes, never the values).
@@ -169,6 +171,16 @@ std::vector<BadCase> bad_cases() {
          a.found_inf = ref_at(2, {});
          k.update_scale(a);
        }},
+      {"attention embedding sizes",
+       [](Kernels& k) {
+         AttentionArgs a;
+         a.q = ref({2, 4, 3});
+         a.k = ref_at(1, {2, 5, 4});
+         a.v = ref_at(2, {2, 5, 6});
+         a.out = ref_at(3, {2, 4, 6});
+         a.logsumexp = ref_at(4, {2, 4});
+         k.attention_forward(a);
+       }},
   };
 }
 
@@ -240,7 +252,7 @@ TEST(KernelContract, TheCpuSupportsEveryFamily) {
   for (const KernelFamily f : {KernelFamily::Elementwise, KernelFamily::Reduce, KernelFamily::Gemm,
                                KernelFamily::Conv2d, KernelFamily::Pool2d, KernelFamily::BatchNorm,
                                KernelFamily::Softmax, KernelFamily::CrossEntropy, KernelFamily::Random,
-                               KernelFamily::Optimizer, KernelFamily::LossScaling}) {
+                               KernelFamily::Optimizer, KernelFamily::LossScaling, KernelFamily::Attention}) {
     EXPECT_TRUE(cpu.supports(f)) << "family " << static_cast<int>(f);
   }
 }
