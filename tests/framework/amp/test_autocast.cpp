@@ -64,6 +64,7 @@ std::map<std::string, std::function<Tensor()>> op_calls() {
       {"where", [=] { return where(v > 0.0, v, w.slice(0, 4)); }},
       {"permute", [=] { return permute(x, {0, 2, 3, 1}); }},
       {"expand", [=] { return expand(v.reshape({4, 1, 5}), {4, 3, 5}); }},
+      {"scaled_dot_product_attention", [=] { return scaled_dot_product_attention(x, x, x); }},
   };
 }
 

@@ -79,6 +79,10 @@ std::vector<EmptyCase> cases() {
        [](auto& in) { return embedding(in[0], tensor(std::vector<int64_t>{}, {0, 2})); }, {0, 2, 3}},
       {"embedding (no columns)", {{5, 0}},
        [](auto& in) { return embedding(in[0], tensor(std::vector<int64_t>{4, 0}, {2})); }, {2, 0}},
+      {"scaled_dot_product_attention (no batch)", {{0, 2, 4, 3}, {0, 2, 5, 3}, {0, 2, 5, 2}},
+       [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2]); }, {0, 2, 4, 2}},
+      {"scaled_dot_product_attention (no keys)", {{2, 4, 3}, {2, 0, 3}, {2, 0, 5}},
+       [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2]); }, {2, 4, 5}},
   };
 }
 

@@ -110,6 +110,10 @@ std::vector<OpCase> cases() {
       {"expand", {{5, 1, 3}}, [](auto& in) { return expand(in[0], {2, 5, 4, 3}) * 2.0; }},
       {"matmul", {{2, 1, 9, 33}, {3, 33, 17}}, [](auto& in) { return matmul(in[0], in[1]); }},
       {"matmul", {{9, 33}, {3, 33, 17}}, [](auto& in) { return matmul(in[0], in[1]); }},
+      {"scaled_dot_product_attention", {{2, 3, 70, 17}, {2, 3, 130, 17}, {2, 3, 130, 9}},
+       [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2]); }},
+      {"scaled_dot_product_attention", {{2, 2, 40, 16}, {2, 2, 50, 16}, {2, 2, 50, 8}, {40, 50}},
+       [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2], in[3]); }},
   };
 }
 
