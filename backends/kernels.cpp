@@ -5,6 +5,7 @@
 
 #include "backends/attention_checks.h"
 #include "backends/kernel_checks.h"
+#include "backends/layer_norm_checks.h"
 
 namespace demi::backend {
 namespace {
@@ -133,6 +134,14 @@ void Kernels::attention_forward(const AttentionArgs& args) {
 }
 void Kernels::attention_backward(const AttentionArgs& args) {
   attention_backward_impl(args, check_attention_backward(args));
+}
+void Kernels::layer_norm_forward(const LayerNormArgs& args) {
+  check_layer_norm_forward(args);
+  layer_norm_forward_impl(args);
+}
+void Kernels::layer_norm_backward(const LayerNormArgs& args) {
+  check_layer_norm_backward(args);
+  layer_norm_backward_impl(args);
 }
 
 }  // namespace demi::backend

@@ -272,6 +272,27 @@ struct AttentionArgs {
   double scale = 1.0;
 };
 
+// Layer normalisation (torch.nn.functional.layer_norm): input of M * N elements, read as M rows of
+// N = cols (the product of normalized_shape) contiguous elements; M = mean.numel().
+// forward: reads input, weight, bias -> writes mean and rstd [M] (float32; float64 for a float64
+//   input): each row's mean and 1 / sqrt(biased variance + eps), the variance from the deviations
+//   (x - mean), not E[x^2] - E[x]^2; output = (x - mean) * rstd * weight + bias in the input's
+//   dtype, computed in fp32 (fp64) and rounded once. weight and bias (each optional) have N
+//   elements of one dtype: the input's or, for a half input, float32 (torch's mixed layer_norm).
+//   Rows of no elements (cols 0) get mean 0 and rstd NaN, as in torch.
+// backward: reads input, grad_output (input's dtype), weight, mean, rstd -> writes grad_input
+//   (input's dtype), grad_weight and grad_bias (each optional; N elements, of weight's and bias's
+//   dtype): grad_input = rstd (g w - mean(g w) - xhat mean(g w xhat)) per row, with xhat =
+//   (x - mean) rstd; grad_weight = sum over rows of g xhat and grad_bias = sum of g, in fp32 (fp64)
+//   over fixed blocks of rows added in a fixed order, so the same bits on any thread count, and
+//   rounded once.
+struct LayerNormArgs {
+  TensorRef input, output, weight, bias, mean, rstd;
+  TensorRef grad_output, grad_input, grad_weight, grad_bias;
+  int64_t cols = 0;
+  double eps = 1e-5;
+};
+
 // The kernel families, for Kernels::supports().
 enum class KernelFamily {
   Elementwise,  // fill, cast, unary, binary, argmax, argmin, permute, where
@@ -352,6 +373,8 @@ class Kernels {
   void where(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y);
   void attention_forward(const AttentionArgs& args);
   void attention_backward(const AttentionArgs& args);
+  void layer_norm_forward(const LayerNormArgs& args);
+  void layer_norm_backward(const LayerNormArgs& args);
 
  protected:
   // What a device implements, called with checked arguments (and the geometry the check derived).
@@ -387,6 +410,8 @@ class Kernels {
   virtual void where_impl(const TensorRef& cond, const TensorRef& a, const TensorRef& b, const TensorRef& y) = 0;
   virtual void attention_forward_impl(const AttentionArgs& args, const AttnGeom& g) = 0;
   virtual void attention_backward_impl(const AttentionArgs& args, const AttnGeom& g) = 0;
+  virtual void layer_norm_forward_impl(const LayerNormArgs& args) = 0;
+  virtual void layer_norm_backward_impl(const LayerNormArgs& args) = 0;
 };
 
 // The kernels of a device. Throws demi::Error when the device is absent or its backend was not

@@ -408,6 +408,43 @@ void attention_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK_CAPTURE(BM_Attention, f32, DType::F32)->Apply(attention_shapes);
 BENCHMARK_CAPTURE(BM_Attention, bf16, DType::BF16)->Apply(attention_shapes);
 
+// The layer norms of CCT at batch 128 (tokens x channels rows of `channels`), forward (output, mean,
+// rstd) or backward (grad_input, grad_weight, grad_bias), weight and bias fp32 (bf16 input: torch's
+// mixed layer_norm): GB/s of x (and grad_y) read once.
+struct LayerNormShape {
+  int64_t tokens, channels;
+};
+constexpr LayerNormShape kLayerNorms[] = {{64, 128}, {64, 256}, {256, 128}, {256, 256}};
+
+void BM_LayerNorm(benchmark::State& state, DType dtype, BnPass pass) {
+  const LayerNormShape& s = kLayerNorms[state.range(0)];
+  const int64_t rows = kBatch * s.tokens;
+  Buffer x(dtype, {rows, s.channels}), y(dtype, {rows, s.channels}), gy(dtype, {rows, s.channels});
+  Buffer gx(dtype, {rows, s.channels}), weight(DType::F32, {s.channels}), bias(DType::F32, {s.channels});
+  Buffer gw(DType::F32, {s.channels}), gb(DType::F32, {s.channels}), mean(DType::F32, {rows}), rstd(DType::F32, {rows});
+  LayerNormArgs args;
+  args.input = x.ref(), args.output = y.ref(), args.weight = weight.ref(), args.bias = bias.ref();
+  args.mean = mean.ref(), args.rstd = rstd.ref(), args.cols = s.channels;
+  args.grad_output = gy.ref(), args.grad_input = gx.ref(), args.grad_weight = gw.ref(), args.grad_bias = gb.ref();
+  Kernels& k = kernels_for(Device::cpu());
+  k.layer_norm_forward(args);  // the saved statistics backward reads
+  for (auto _ : state) {
+    if (pass == BnPass::Forward) {
+      k.layer_norm_forward(args);
+    } else {
+      k.layer_norm_backward(args);
+    }
+    benchmark::ClobberMemory();
+  }
+  const double reads = pass == BnPass::Forward ? 1.0 : 2.0;
+  state.counters["GB/s"] = benchmark::Counter(reads * double(rows * s.channels) * dtype_size(dtype) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(BM_LayerNorm, f32_forward, DType::F32, BnPass::Forward)->ArgName("shape")->DenseRange(0, std::size(kLayerNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LayerNorm, f32_backward, DType::F32, BnPass::Backward)->ArgName("shape")->DenseRange(0, std::size(kLayerNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LayerNorm, bf16_forward, DType::BF16, BnPass::Forward)->ArgName("shape")->DenseRange(0, std::size(kLayerNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LayerNorm, bf16_backward, DType::BF16, BnPass::Backward)->ArgName("shape")->DenseRange(0, std::size(kLayerNorms) - 1)->UseRealTime()->MeasureProcessCPUTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace demi::backend
 

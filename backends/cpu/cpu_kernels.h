@@ -70,6 +70,9 @@ class CpuKernels final : public Kernels {
   // attention.cpp, attention_backward.cpp
   void attention_forward_impl(const AttentionArgs& args, const AttnGeom& g) override;
   void attention_backward_impl(const AttentionArgs& args, const AttnGeom& g) override;
+  // layer_norm.cpp
+  void layer_norm_forward_impl(const LayerNormArgs& args) override;
+  void layer_norm_backward_impl(const LayerNormArgs& args) override;
 };
 
 }  // namespace demi::backend::cpu

@@ -91,6 +91,9 @@ class CudaKernels final : public Kernels {
   void attention_forward_impl(const AttentionArgs& args, const AttnGeom& g) override;
   void attention_backward_impl(const AttentionArgs& args, const AttnGeom& g) override;
   void round_with_residual(const AttentionArgs& args, const TensorRef& out_fp32);
+  // layer_norm.cu
+  void layer_norm_forward_impl(const LayerNormArgs& args) override;
+  void layer_norm_backward_impl(const LayerNormArgs& args) override;
 
  public:
   // memory.cu: a device buffer of at least `bytes` for a library call's scratch (cuBLASLt, cuDNN),

@@ -60,6 +60,8 @@ class NullKernels final : public Kernels {
   void where_impl(const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&) override { ++calls; }
   void attention_forward_impl(const AttentionArgs&, const AttnGeom&) override { ++calls; }
   void attention_backward_impl(const AttentionArgs&, const AttnGeom&) override { ++calls; }
+  void layer_norm_forward_impl(const LayerNormArgs&) override { ++calls; }
+  void layer_norm_backward_impl(const LayerNormArgs&) override { ++calls; }
 };
 
 // Host memory the refs point at (the checks read shapes and dtypes, never the values).
@@ -215,6 +217,33 @@ std::vector<BadCase> dropout_embedding_bad_cases() {
   };
 }
 
+// layer_norm.
+std::vector<BadCase> layer_norm_bad_cases() {
+  return {
+      {"layer_norm weight size",
+       [](Kernels& k) {
+         LayerNormArgs a;
+         a.input = ref({4, 6});
+         a.output = ref_at(1, {4, 6});
+         a.mean = ref_at(2, {4});
+         a.rstd = ref_at(3, {4});
+         a.weight = ref_at(4, {5});
+         a.cols = 6;
+         k.layer_norm_forward(a);
+       }},
+      {"layer_norm_backward half statistics",
+       [](Kernels& k) {
+         LayerNormArgs a;
+         a.input = ref({4, 6}, DType::BF16);
+         a.grad_output = ref_at(1, {4, 6}, DType::BF16);
+         a.mean = ref_at(2, {4}, DType::BF16);
+         a.rstd = ref_at(3, {4}, DType::BF16);
+         a.cols = 6;
+         k.layer_norm_backward(a);
+       }},
+  };
+}
+
 std::string message_of(const std::function<void(Kernels&)>& call, Kernels& k) {
   try {
     call(k);
@@ -229,6 +258,7 @@ TEST(KernelContract, ABackendThatDoesNothingRejectsEveryBadInputWithTheCpusMessa
   Kernels& cpu = kernels_for(Device::cpu());
   std::vector<BadCase> cases = bad_cases();
   for (BadCase& c : dropout_embedding_bad_cases()) cases.push_back(std::move(c));
+  for (BadCase& c : layer_norm_bad_cases()) cases.push_back(std::move(c));
   for (const BadCase& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string expected = message_of(c.call, cpu);
