@@ -29,6 +29,7 @@
 #include "framework/nn/sequential.h"
 #include "framework/nn/dropout.h"
 #include "framework/nn/embedding.h"
+#include "framework/nn/layer_norm.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/adamw.h"
 #include "framework/optim/lookahead.h"

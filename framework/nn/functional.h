@@ -23,5 +23,6 @@ using demi::max_pool2d;
 using demi::relu;
 using demi::softmax;
 using demi::dropout;
+using demi::layer_norm;
 
 }  // namespace demi::nn::functional

@@ -9,4 +9,5 @@
   X(Clamp) X(Select) X(Cat)                                                                    \
   X(Dropout) X(Embedding)                                                                      \
   X(Abs) X(Amax) X(Amin) X(MaxDim) X(MinDim) X(Where) X(Permute) X(Expand)                    \
-  X(ScaledDotProductAttention)
+  X(ScaledDotProductAttention)                                                                \
+  X(LayerNorm)

@@ -198,4 +198,12 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     const Tensor& attn_mask = Tensor(), bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
 
+// torch.nn.functional.layer_norm: each slice of x over its last normalized_shape.size() dims (which
+// must be normalized_shape) normalised to mean 0 and biased variance 1 (eps added to the variance),
+// times weight plus bias (each optional, of shape normalized_shape, in x's dtype or, for a half x,
+// float32). Mean and variance are fp32 (fp64 for an fp64 x); a half x gives a half result, rounded
+// once. Runs in fp32 under autocast, as PyTorch's CUDA autocast (docs/amp.md).
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+
 }  // namespace demi

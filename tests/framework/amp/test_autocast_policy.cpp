@@ -75,6 +75,7 @@ std::map<std::string, FunctionCase> function_cases() {
       {"embedding", {"embedding", [=](DType t) { return embedding(w.to(t), labels); }}},
       {"scaled_dot_product_attention",
        {"scaled_dot_product_attention", [=](DType t) { return scaled_dot_product_attention(x.to(t), x.to(t), x.to(t)); }}},
+      {"layer_norm", {"layer_norm", [=](DType t) { return layer_norm(v.to(t), {5}, ones({5}), zeros({5})); }}},
       // Not differentiable, no row: masks are uint8 and indices int64 whatever autocast does.
       {"eq", {"", [=](DType t) { return eq(v.to(t), w.slice(0, 4).to(t)); }, DType::U8}},
       {"ne", {"", [=](DType t) { return ne(v.to(t), 0.5); }, DType::U8}},
@@ -223,6 +224,15 @@ TEST(AutocastPolicy, ZeroDimTensorsDoNotWidenTensorsWithDimensions) {
   sum(h * s).backward();
   EXPECT_EQ(s.grad().dtype(), DType::F32);
   EXPECT_EQ(s.grad().item<float>(), 3.0f);
+}
+
+// layer_norm runs in fp32 under autocast on both devices (PyTorch's CUDA list); PyTorch's CPU
+// autocast leaves it out, so there a bf16 input gives a bf16 output (docs/amp.md).
+TEST(AutocastPolicy, LayerNormRunsInFp32OnTheCpuToo) {
+  AutocastGuard guard(Device::Kind::CPU, DType::BF16);
+  const Tensor h = randn({4, 5}).to(DType::BF16);
+  EXPECT_EQ(layer_norm(h, {5}).dtype(), DType::F32);
+  EXPECT_EQ(nn::LayerNorm(5)(h).dtype(), DType::F32);
 }
 
 }  // namespace

@@ -165,6 +165,12 @@ std::vector<GradCase> cases() {
        }},
       {"sdpa_causal", "scaled_dot_product_attention", {{3, 5, 2}, {3, 4, 2}, {3, 4, 3}},
        [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), true); }},
+      {"layer_norm_last_dim", "layer_norm", {{4, 3, 6}, {6}, {6}},
+       [](auto& in) { return layer_norm(in[0], {6}, in[1], in[2]); }},
+      {"layer_norm_two_dims", "layer_norm", {{2, 3, 5}, {3, 5}, {3, 5}},
+       [](auto& in) { return layer_norm(in[0], {3, 5}, in[1], in[2], 1e-3); }},
+      {"layer_norm_weight_only", "layer_norm", {{3, 8}, {8}}, [](auto& in) { return layer_norm(in[0], {8}, in[1]); }},
+      {"layer_norm_no_affine", "layer_norm", {{5, 7}}, [](auto& in) { return layer_norm(in[0], {7}); }},
   };
 }
 

@@ -114,6 +114,9 @@ std::vector<OpCase> cases() {
        [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2]); }},
       {"scaled_dot_product_attention", {{2, 2, 40, 16}, {2, 2, 50, 16}, {2, 2, 50, 8}, {40, 50}},
        [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2], in[3]); }},
+      // fp32 weight and bias beside half inputs (torch's mixed layer_norm); rows of 1100: a block each
+      {"layer_norm", {{64, 33}, {33}, {33}}, [](auto& in) { return layer_norm(in[0], {33}, in[1], in[2]); }, false, 1},
+      {"layer_norm", {{2, 4, 1100}, {4, 1100}}, [](auto& in) { return layer_norm(in[0], {4, 1100}, in[1]); }},
   };
 }
 
