@@ -65,6 +65,7 @@ std::map<std::string, std::function<Tensor()>> op_calls() {
       {"permute", [=] { return permute(x, {0, 2, 3, 1}); }},
       {"expand", [=] { return expand(v.reshape({4, 1, 5}), {4, 3, 5}); }},
       {"scaled_dot_product_attention", [=] { return scaled_dot_product_attention(x, x, x); }},
+      {"layer_norm", [=] { return layer_norm(v, {5}, ones({5}), zeros({5})); }},
   };
 }
 
@@ -98,6 +99,7 @@ TEST(Autocast, CategoriesFollowPyTorchsLists) {
   for (const char* op : {"abs", "amax", "amin", "max_dim", "min_dim", "permute", "expand"})
     EXPECT_EQ(amp::autocast_category(op), Category::Unchanged) << op;
   EXPECT_EQ(amp::autocast_category("where"), Category::Promote);  // two floating values: the wider
+  EXPECT_EQ(amp::autocast_category("layer_norm"), Category::Fp32);
   EXPECT_THROW(amp::autocast_category("conv3d"), Error);
   EXPECT_THAT(amp::policy_table(), testing::HasSubstr("conv2d          lower_precision  bfloat16        float16"));
 }

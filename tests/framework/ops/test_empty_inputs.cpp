@@ -83,6 +83,9 @@ std::vector<EmptyCase> cases() {
        [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2]); }, {0, 2, 4, 2}},
       {"scaled_dot_product_attention (no keys)", {{2, 4, 3}, {2, 0, 3}, {2, 0, 5}},
        [](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2]); }, {2, 4, 5}},
+      {"layer_norm (no rows)", {{0, 5}, {5}, {5}}, [](auto& in) { return layer_norm(in[0], {5}, in[1], in[2]); }, {0, 5}},
+      {"layer_norm (no columns)", {{3, 0}, {0}, {0}}, [](auto& in) { return layer_norm(in[0], {0}, in[1], in[2]); },
+       {3, 0}},
   };
 }
 
