@@ -3,6 +3,8 @@
 // so a new backend cannot forget a check or word it differently.
 #include "backends/kernels.h"
 
+#include <limits>
+
 #include "backends/attention_checks.h"
 #include "backends/kernel_checks.h"
 #include "backends/layer_norm_checks.h"
@@ -135,13 +137,20 @@ void Kernels::attention_forward(const AttentionArgs& args) {
 void Kernels::attention_backward(const AttentionArgs& args) {
   attention_backward_impl(args, check_attention_backward(args));
 }
+// Rows of no elements are answered here, for every device: torch's mean 0 and rstd NaN (a 0 / 0
+// variance) forward, nothing to write backward.
 void Kernels::layer_norm_forward(const LayerNormArgs& args) {
   check_layer_norm_forward(args);
+  if (args.cols == 0) {
+    fill(args.mean, 0.0);
+    fill(args.rstd, std::numeric_limits<double>::quiet_NaN());
+    return;
+  }
   layer_norm_forward_impl(args);
 }
 void Kernels::layer_norm_backward(const LayerNormArgs& args) {
   check_layer_norm_backward(args);
-  layer_norm_backward_impl(args);
+  if (args.cols > 0) layer_norm_backward_impl(args);
 }
 
 }  // namespace demi::backend

@@ -279,7 +279,8 @@ struct AttentionArgs {
 //   (x - mean), not E[x^2] - E[x]^2; output = (x - mean) * rstd * weight + bias in the input's
 //   dtype, computed in fp32 (fp64) and rounded once. weight and bias (each optional) have N
 //   elements of one dtype: the input's or, for a half input, float32 (torch's mixed layer_norm).
-//   Rows of no elements (cols 0) get mean 0 and rstd NaN, as in torch.
+//   Rows of no elements (cols 0) get mean 0 and rstd NaN, as in torch, from the entry point: the
+//   device's *_impl is called with cols > 0 only.
 // backward: reads input, grad_output (input's dtype), weight, mean, rstd -> writes grad_input
 //   (input's dtype), grad_weight and grad_bias (each optional; N elements, of weight's and bias's
 //   dtype): grad_input = rstd (g w - mean(g w) - xhat mean(g w xhat)) per row, with xhat =
