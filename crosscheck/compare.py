@@ -43,7 +43,7 @@ AUTOCAST = {"autocast_bf16": torch.bfloat16, "autocast_fp16": torch.float16,
 INTENDED = {("cross_entropy", "dtype"): "losses are fp32 (docs/pytorch.md)",
             ("clip_grad_norm", "non-finite"): "a non-finite norm leaves the gradients (docs/pytorch.md)"}
 # Half inputs under autocast: demi runs PyTorch's CUDA fp32 list on the CPU too.
-CUDA_FP32_LIST = {"exp", "log", "pow", "sum", "mean", "softmax", "log_softmax"}
+CUDA_FP32_LIST = {"exp", "log", "pow", "sum", "mean", "softmax", "log_softmax", "layer_norm"}
 
 
 def intended(mode, op, verdict):
@@ -208,6 +208,13 @@ def dropout(x, p):
     return [F.dropout(x[0], p["p"], p["training"])]
 
 
+def layer_norm(x, p):
+    """Inputs: x, then weight and bias if the case has them."""
+    weight = x[1] if len(x) > 1 else None
+    bias = x[2] if len(x) > 2 else None
+    return [F.layer_norm(x[0], p["normalized_shape"], weight, bias, p["eps"])]
+
+
 def global_max_pool2d(x):
     return F.max_pool2d(x, kernel_size=x.shape[-2:])  # nn.AdaptiveMaxPool2d(1)'s choice of index
 
@@ -285,6 +292,7 @@ OPS = {
     "squeeze": lambda x, p: [x[0].squeeze() if p["dim"] is None else x[0].squeeze(p["dim"])],
     "expand": lambda x, p: [x[0].expand(p["shape"])],
     "scaled_dot_product_attention": scaled_dot_product_attention,
+    "layer_norm": layer_norm,
 }
 # Cases whose inputs are scaled before the op (crosscheck_ops.cpp does the same).
 PRE_SCALE = {"softmax_large_logits": 1000.0, "cross_entropy_confident": 100.0, "sdpa_large_logits": 30.0}

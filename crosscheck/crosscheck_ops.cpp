@@ -36,7 +36,7 @@ Device g_device = Device::cpu();  // where the ops run (--device)
 
 // How an input's values are drawn: in fp32, then rounded to the case's dtype, so that both
 // frameworks see the same values.
-enum class Draw { Normal, Positive, AwayFromZero, Special, SpecialShifted, Ties, Labels, DropoutKeep };
+enum class Draw { Normal, Positive, AwayFromZero, Special, SpecialShifted, Ties, Labels, DropoutKeep, LargeMean };
 
 // Dropout's training rows: demi's mask for p = kDropoutP under Generator(kDropoutSeed), 1 where kept,
 // is an input too (Draw::DropoutKeep), which PyTorch applies: its own RNG would draw another mask.
@@ -100,6 +100,8 @@ Tensor draw_on_cpu(const Input& in, DType dtype, Generator& gen) {
       Generator keep(kDropoutSeed);
       return (dropout(ones(in.shape), kDropoutP, true, keep) != 0.0).to(t);
     }
+    case Draw::LargeMean:  // N(1e4, 1), or N(100, 1) in half types: their spacing at 1e4 is 8 or 64
+      return (randn(in.shape, gen) + (is_half(t) ? 100.0 : 1e4)).to(t);
   }
   return Tensor();
 }
@@ -209,6 +211,30 @@ void tensor_op_cases(Add& add, const Shape& r) {
   add("matmul_4d_attention", "matmul", {}, {normal({2, 4, 33, 16}), normal({2, 4, 16, 33})}, mm);
   add("matmul_vector_batch", "matmul", {}, {normal({19}), normal({3, 19, 23})}, mm);
   add("matmul_dot", "matmul", {}, {normal({67}), normal({67})}, mm);
+}
+
+// Layer norm over one and two trailing dims, with weight and bias in the case's dtype or fp32
+// beside it (torch's mixed layer_norm), weight only, neither, and rows of mean 1e4 (100 in the half
+// types) and deviation 1, where E[x^2] - E[x]^2, or folding the mean into a bias, loses the digits
+// that matter.
+void add_layer_norm_cases(std::vector<Case>& c) {
+  auto add = [&c](std::string name, Input x, Shape norm, int params, bool fp32_params, double eps) {
+    std::vector<Input> in = {std::move(x)};
+    for (int i = 0; i < params; ++i) in.push_back(fp32_params ? fp32_param(norm) : normal(norm));
+    const json p = {{"normalized_shape", norm}, {"eps", eps}};
+    c.push_back({std::move(name), "layer_norm", p, std::move(in), one([=](auto& t) {
+                   const Tensor w = params > 0 ? t[1] : Tensor(), b = params > 1 ? t[2] : Tensor();
+                   return layer_norm(t[0], norm, w, b, eps);
+                 }),
+                 true});
+  };
+  add("layer_norm", normal({16, 3, 37}), {37}, 2, false, 1e-5);
+  add("layer_norm_fp32_params", normal({16, 3, 37}), {37}, 2, true, 1e-5);
+  add("layer_norm_cct", normal({4, 64, 128}), {128}, 2, true, 1e-5);
+  add("layer_norm_two_dims", normal({4, 6, 10}), {6, 10}, 2, false, 1e-3);
+  add("layer_norm_weight_only", normal({9, 33}), {33}, 1, false, 1e-5);
+  add("layer_norm_no_affine", normal({9, 256}), {256}, 0, false, 1e-5);
+  add("layer_norm_large_mean", {{8, 256}, Draw::LargeMean}, {256}, 2, true, 1e-5);
 }
 
 // The cases run with inputs in fp32, bf16 and fp16.
@@ -446,6 +472,8 @@ std::vector<Case> dtype_cases() {
       {normal({2, 2, 150, 16}), normal({2, 2, 70, 16}), normal({2, 2, 70, 8})}, sdpa("none", true));
   add("sdpa_large_logits", op, {{"mask", "none"}, {"causal", false}},
       {normal({2, 2, 33, 16}), normal({2, 2, 40, 16}), normal({2, 2, 40, 16})}, sdpa("none", false, 30.0));
+
+  add_layer_norm_cases(c);
   return c;
 }
 
@@ -575,7 +603,7 @@ std::vector<Case> autocast_cases() {
   const std::vector<std::string> ops = {"add", "mul", "exp", "log", "sqrt", "pow", "relu", "gelu", "sum", "mean",
                                         "matmul", "linear", "conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d",
                                         "batch_norm", "softmax", "log_softmax", "cross_entropy",
-                                        "scaled_dot_product_attention"};
+                                        "scaled_dot_product_attention", "layer_norm"};
   for (Case& c : all) {
     if (c.name.find("specials") != std::string::npos) continue;
     if (std::find(ops.begin(), ops.end(), c.op) != ops.end()) keep.push_back(std::move(c));
