@@ -80,6 +80,9 @@ bool any_autocast_enabled() { return state.suspended == 0 && (state.enabled[0] |
 
 SuspendGuard::SuspendGuard() { ++state.suspended; }
 SuspendGuard::~SuspendGuard() { --state.suspended; }
+ResumeGuard::ResumeGuard() : previous_(state.suspended) { state.suspended = 0; }
+ResumeGuard::~ResumeGuard() { state.suspended = previous_; }
+bool is_suspended() { return state.suspended > 0; }
 
 bool autocast_target(Category category, const std::vector<const Tensor*>& inputs, DType* target) {
   if (category == Category::Unchanged) return false;

@@ -21,6 +21,20 @@ class SuspendGuard {
   SuspendGuard(const SuspendGuard&) = delete;
   SuspendGuard& operator=(const SuspendGuard&) = delete;
 };
+// Lifts every SuspendGuard for its scope: activation checkpointing reruns a forward pass inside
+// backward, and that rerun must cast as the first run did.
+class ResumeGuard {
+ public:
+  ResumeGuard();
+  ~ResumeGuard();
+  ResumeGuard(const ResumeGuard&) = delete;
+  ResumeGuard& operator=(const ResumeGuard&) = delete;
+
+ private:
+  int previous_;
+};
+// Whether a SuspendGuard is active on this thread (inside an op's forward or a backward pass).
+bool is_suspended();
 // The dtype `category` casts the eligible inputs among `inputs` to; returns false when nothing
 // is to be cast (autocast off for their device, category Unchanged, no eligible input).
 bool autocast_target(Category category, const std::vector<const Tensor*>& inputs, DType* target);

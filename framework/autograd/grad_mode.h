@@ -1,5 +1,6 @@
 // Grad mode: whether ops record themselves on the tape. NoGradGuard turns recording off for its
-// scope (optimizer steps, evaluation), restoring the previous state on exit; thread-local.
+// scope (optimizer steps, evaluation), AutoGradMode sets it either way (activation checkpointing
+// records its recomputation inside backward); each restores the previous state on exit; thread-local.
 #pragma once
 
 namespace demi {
@@ -12,6 +13,18 @@ class NoGradGuard {
   ~NoGradGuard();
   NoGradGuard(const NoGradGuard&) = delete;
   NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// libtorch's AutoGradMode: grad mode `enabled` for its scope.
+class AutoGradMode {
+ public:
+  explicit AutoGradMode(bool enabled);
+  ~AutoGradMode();
+  AutoGradMode(const AutoGradMode&) = delete;
+  AutoGradMode& operator=(const AutoGradMode&) = delete;
 
  private:
   bool previous_;

@@ -1,10 +1,12 @@
-// OpContext bookkeeping: saved tensors and the process-wide count of the bytes they hold.
+// OpContext bookkeeping: saved tensors (or checkpoint placeholders) and the process-wide count of the
+// bytes they hold.
 #include "framework/autograd/op_context.h"
 
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
+#include "framework/autograd/checkpoint_frame.h"
 #include "framework/autograd/node.h"
 
 namespace demi::autograd {
@@ -45,6 +47,25 @@ void drop(Storage* storage) {
 
 }  // namespace
 
+namespace detail {
+
+bool counts_as_saved(const Tensor& t) {
+  // Parameters (leaves that require grad) live anyway; what the graph adds is everything else.
+  return t.defined() && !(t.is_leaf() && t.requires_grad());
+}
+
+std::shared_ptr<Storage> count_saved(const Tensor& t) {
+  if (!t.defined()) return nullptr;
+  hold(t.impl()->storage.get());
+  return t.impl()->storage;
+}
+
+void uncount_saved(const std::shared_ptr<Storage>& storage) {
+  if (storage) drop(storage.get());
+}
+
+}  // namespace detail
+
 SavedTensorStats saved_tensor_stats() {
   SavedStorages& s = saved_storages();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -62,7 +83,6 @@ OpContext::OpContext(OpContext&& other) noexcept
       recording_(other.recording_),
       released_(other.released_),
       saved_(std::move(other.saved_)),
-      saved_versions_(std::move(other.saved_versions_)),
       counted_(std::move(other.counted_)),
       attrs_(std::move(other.attrs_)) {
   other.saved_.clear();
@@ -70,24 +90,43 @@ OpContext::OpContext(OpContext&& other) noexcept
   other.released_ = true;
 }
 
-void OpContext::save(const Tensor& t) {
-  if (!recording_) return;
+void OpContext::keep(Slot& slot, const Tensor& t, bool counted) {
   // Detached: an op that saves its own output must not keep its own node alive through it.
-  saved_.push_back(t.defined() ? t.detach() : t);
-  saved_versions_.push_back(t.defined() ? t.impl()->storage->version() : 0);
-  // Parameters (leaves that require grad) live anyway; what the graph adds is everything else.
-  if (t.defined() && !(t.is_leaf() && t.requires_grad())) {
-    hold(t.impl()->storage.get());
-    counted_.push_back(t.impl()->storage);
-  }
+  slot.tensor = t.defined() ? t.detach() : t;
+  slot.version = t.defined() ? t.impl()->storage->version() : 0;
+  if (counted) counted_.push_back(detail::count_saved(t));
 }
 
-const Tensor& OpContext::saved(size_t i) const {
+void OpContext::save(const Tensor& t) {
+  if (!recording_) return;
+  if (detail::CheckpointFrame* frame = detail::active_checkpoint_frame()) {
+    if (frame->recomputing()) {  // the rerun's graph is discarded: the frame keeps the tensor for the first run's
+      frame->capture(t);
+      return;
+    }
+    Slot slot;
+    slot.index = frame->defer(t);
+    if (t.defined()) slot.frame = frame->shared_from_this();
+    saved_.push_back(std::move(slot));
+    return;
+  }
+  saved_.emplace_back();
+  keep(saved_.back(), t, detail::counts_as_saved(t));
+}
+
+const Tensor& OpContext::saved(size_t i) {
   DEMI_CHECK(!released_, op_name_, ": its saved tensors were freed by an earlier backward(); run "
              "the forward pass again before calling backward() a second time");
   DEMI_INTERNAL_CHECK(i < saved_.size(), op_name_, " asked for saved tensor ", i, " of ", saved_.size());
-  const Tensor& t = saved_[i];
-  DEMI_CHECK(!t.defined() || t.impl()->storage->version() == saved_versions_[i], op_name_, ": a tensor it saved "
+  Slot& slot = saved_[i];
+  if (slot.frame) {
+    const std::shared_ptr<detail::CheckpointFrame> frame = std::move(slot.frame);
+    slot.frame = nullptr;
+    const detail::CheckpointFrame::Resolved resolved = frame->take(slot.index);
+    keep(slot, resolved.tensor, resolved.counted);
+  }
+  const Tensor& t = slot.tensor;
+  DEMI_CHECK(!t.defined() || t.impl()->storage->version() == slot.version, op_name_, ": a tensor it saved "
              "for backward (shape ", t.shape(), ", ", t.dtype(), ") was modified in place after the forward pass "
              "(add_, copy_, fill_ ...), so its gradient would be wrong; use the out-of-place op, or make the change "
              "before the forward pass");
@@ -98,7 +137,6 @@ void OpContext::release() {
   if (released_) return;
   released_ = true;
   saved_.clear();
-  saved_versions_.clear();
   for (const auto& storage : counted_) drop(storage.get());
   counted_.clear();
 }

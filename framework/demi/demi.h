@@ -5,6 +5,7 @@
 #include "framework/amp/category.h"
 #include "framework/amp/grad_scaler.h"
 #include "framework/amp/memory_plan.h"
+#include "framework/autograd/checkpoint.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"
 #include "framework/autograd/profiler.h"
