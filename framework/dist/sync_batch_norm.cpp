@@ -2,6 +2,7 @@
 // every rank's examples, so autograd's backward through them is the global batch's backward.
 #include "framework/dist/sync_batch_norm.h"
 
+#include "framework/autograd/checkpoint.h"
 #include "framework/ops/op.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/factories.h"
@@ -49,7 +50,8 @@ Tensor SyncBatchNorm::forward(const Tensor& x) {
   const int64_t channels = x.size(1);
   DEMI_CHECK(channels == options().num_features, "SyncBatchNorm: expected ", options().num_features,
              " channels, got input ", x.shape());
-  if (num_batches_tracked.defined()) {
+  const bool update_stats = !autograd::is_recomputing();  // a checkpoint's rerun: the first run did it
+  if (num_batches_tracked.defined() && update_stats) {
     num_batches_tracked.add_(1.0);  // on the device: no read back to the host
   }
   // Statistics in fp32 whatever the input dtype, as batch_norm; [sum x, sum x^2, count] per channel.
@@ -65,7 +67,7 @@ Tensor SyncBatchNorm::forward(const Tensor& x) {
   const Tensor mean = global_sum / count;
   const Tensor var = relu(global_sumsq / count - mean * mean);  // >= 0 despite rounding
   const Tensor invstd = pow(var + options().eps, -0.5);
-  if (running_mean.defined()) {
+  if (running_mean.defined() && update_stats) {
     NoGradGuard no_grad;
     const double m = options().momentum;
     const Tensor new_mean = running_mean * (1.0 - m) + mean.detach() * m;

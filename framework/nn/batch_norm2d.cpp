@@ -2,6 +2,7 @@
 // in eval, as torch.nn.BatchNorm2d.
 #include "framework/nn/batch_norm2d.h"
 
+#include "framework/autograd/checkpoint.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/factories.h"
 
@@ -27,7 +28,7 @@ Tensor BatchNorm2d::forward_gelu(const Tensor& x) { return run(x, Activation::Ge
 Tensor BatchNorm2d::run(const Tensor& x, Activation activation) {
   DEMI_CHECK(x.dim() == 4, "BatchNorm2d: input must be [N, C, H, W], got ", x.shape());
   const bool batch_stats = is_training() || !running_mean.defined();
-  if (is_training() && num_batches_tracked.defined()) {
+  if (is_training() && num_batches_tracked.defined() && !autograd::is_recomputing()) {  // counted in the first run
     num_batches_tracked.add_(1.0);  // on the device: no read back to the host
   }
   BatchNormOptions o;

@@ -1,8 +1,10 @@
-// Sequential (modules applied in order, named "0", "1", ... or by name) and Flatten.
+// Sequential (modules applied in order, named "0", "1", ... or by name, optionally checkpointed
+// by blocks), checkpoint_sequential, and Flatten.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "framework/nn/module.h"
 
@@ -32,10 +34,28 @@ class Sequential : public Module {
   size_t size() const { return children_.size(); }
   Module& operator[](size_t i) { return *children_.at(i).second; }
 
+  // Children [begin, end) in order, fused as forward() fuses them.
+  Tensor forward_range(size_t begin, size_t end, const Tensor& x);
+  // Activation checkpointing by blocks: from now on forward() runs each block of children, from
+  // one of `block_starts` (increasing) up to the next one or the end, under demi::checkpoint; the
+  // children before the first start run plainly. Their saved activations are then the blocks'
+  // inputs, and backward reruns one block at a time. The Sequential must outlive the backward pass.
+  // An empty list turns checkpointing off (the default).
+  Sequential& checkpoint_blocks(std::vector<size_t> block_starts);
+  const std::vector<size_t>& checkpointed_blocks() const { return block_starts_; }
+
  private:
   // A name state_dict can carry: not empty, no '.', not taken.
   void check_child_name(const std::string& name) const;
+
+  std::vector<size_t> block_starts_;
 };
+
+// torch.utils.checkpoint.checkpoint_sequential: splits `module`'s children into `segments` runs of
+// size() / segments children (the last run takes the rest) and runs all but the last under
+// demi::checkpoint; the last runs plainly, as its activations are needed at once in backward.
+// 1 <= segments <= module.size().
+Tensor checkpoint_sequential(Sequential& module, int64_t segments, const Tensor& x);
 
 // Flattens dims [start_dim, end_dim] (default: all but the batch dim).
 class Flatten : public Module {

@@ -1,10 +1,12 @@
 // batch_norm over channel dim 1 of [N, C] or [N, C, H, W]. Statistics and affine parameters are
 // fp32 (float64 for float64 input) whatever the input dtype; the output has the input's dtype.
-// Training: batch statistics, running stats updated in place, fused backward kernel. Eval: running
-// statistics; its backward is built from ops (an affine map per channel). batch_norm_relu and
-// batch_norm_gelu are relu(batch_norm(...)) and gelu(batch_norm(...)) with the activation inside the
-// batch norm's kernels where the device has them (training on the CPU): bit for bit the same values,
-// without the activation's passes over memory, and without the activation's saved input.
+// Training: batch statistics, running stats updated in place (not again when a checkpoint reruns
+// the forward in backward), fused backward kernel. Eval: running statistics; its backward is built
+// from ops (an affine map per channel). batch_norm_relu and batch_norm_gelu are relu(batch_norm(...))
+// and gelu(batch_norm(...)) with the activation inside the batch norm's kernels where the device has
+// them (training on the CPU): bit for bit the same values, without the activation's passes over
+// memory, and without the activation's saved input.
+#include "framework/autograd/checkpoint.h"
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/factories.h"
@@ -29,8 +31,10 @@ struct BatchNormOp {
     args.output = y.ref();
     if (weight.defined()) args.weight = weight.ref();
     if (bias.defined()) args.bias = bias.ref();
-    if (running_mean.defined()) args.running_mean = running_mean.ref();
-    if (running_var.defined()) args.running_var = running_var.ref();
+    // A checkpoint's rerun in backward normalises again but must not move the statistics again.
+    const bool update_stats = !(options.training && autograd::is_recomputing());
+    if (running_mean.defined() && update_stats) args.running_mean = running_mean.ref();
+    if (running_var.defined() && update_stats) args.running_var = running_var.ref();
     args.momentum = options.momentum;
     args.eps = options.eps;
     Tensor save_mean, save_invstd, activation_coef;

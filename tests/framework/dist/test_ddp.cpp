@@ -1,6 +1,6 @@
 // DistributedDataParallel and the GradScaler in a process group, on 2 ranks: DDP equals one process
-// training on the concatenated batch; every rank skips together when one rank alone sees an inf;
-// parameters stay bitwise identical across ranks.
+// training on the concatenated batch, checkpointed or not; every rank skips together when one rank
+// alone sees an inf; parameters stay bitwise identical across ranks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -108,6 +108,30 @@ TEST(DistributedDataParallel, OneBucketPerParameterGivesTheSameResult) {
 
 TEST(DistributedDataParallel, GradientAccumulationSynchronisesOnlyTheSum) {
   check_ddp_matches_one_process({}, 2);
+}
+
+// Activation checkpointing keeps the graph's edges, so DDP's hooks fire as usual: with two
+// micro-batches (NoSync on the first), the checkpointed net's steps are the plain net's, bit for bit.
+TEST(DistributedDataParallel, ACheckpointedNetTakesThePlainStepsWithAccumulation) {
+  std::vector<std::vector<float>> after[2];
+  for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+    auto local = make_net(100);
+    if (checkpointed) local->checkpoint_blocks({0, 2});
+    dist::DistributedDataParallel ddp(local, std::shared_ptr<dist::ProcessGroup>(&world(), [](auto*) {}));
+    optim::SGD opt(local->parameters(), optim::SGD::Options{0.1, 0.9});
+    amp::GradScaler::Options disabled;
+    disabled.enabled = false;
+    amp::GradScaler no_scaler(disabled);
+    training::TrainStep::Options step_options{Device::Kind::CPU, DType::F32, 0.0, 2};
+    step_options.ddp = &ddp;
+    training::TrainStep step(opt, no_scaler, step_options);
+    for (int s = 0; s < 3; ++s) {
+      const Data mine = my_half(global_batch(s));
+      step.run([&](int i) { return cross_entropy(ddp(mine.images.slice(i * 4, i * 4 + 4)), mine.labels.slice(i * 4, i * 4 + 4)); });
+    }
+    for (const Tensor& p : local->parameters()) after[checkpointed].push_back(p.to_vector<float>());
+  }
+  EXPECT_EQ(after[0], after[1]);
 }
 
 TEST(DistributedDataParallel, BucketsFollowTheCaps) {
