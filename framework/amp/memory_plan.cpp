@@ -1,7 +1,9 @@
 // plan_memory: per-parameter arithmetic for the state, and two traced forward passes for the saved
-// activations (autograd's counter, so each saved storage is counted once, as memory_report() does).
+// activations (autograd's counter, so each saved storage is counted once, as memory_report() does;
+// with checkpointed modules, also its prediction of the peak while backward reruns them).
 #include "framework/amp/memory_plan.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "framework/amp/autocast.h"
+#include "framework/autograd/checkpoint.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/factories.h"
@@ -34,17 +37,40 @@ void add_trainable(MemoryPlan& plan, int64_t numel, DType dtype, const MemoryPla
   }
 }
 
-// Saved bytes of one forward pass of `model` on a batch of `batch` inputs shaped like `shape`.
-int64_t traced_saved_bytes(nn::Module& model, int64_t batch, const MemoryPlanOptions& o, const Device& device) {
+// Saved bytes of one forward pass of `model` on a batch of `batch` inputs shaped like `shape`: held
+// at its end, and while backward reruns each checkpointed module (none without checkpointing).
+struct Traced {
+  int64_t forward = 0;
+  std::vector<int64_t> recompute;
+};
+Traced traced_saved_bytes(nn::Module& model, int64_t batch, const MemoryPlanOptions& o, const Device& device) {
   Shape shape = o.input_shape;
   shape[0] = batch;
   const Tensor x = zeros(shape, DType::F32, device);
   const int64_t before = autograd::saved_tensor_stats().current_bytes;
+  autograd::RecomputeTrace trace;
   std::optional<AutocastGuard> autocast;
   if (o.autocast != DType::F32) autocast.emplace(device.kind(), o.autocast);
   const Tensor y = model(x);
   const Tensor loss = o.loss ? o.loss(y) : Tensor();
-  return autograd::saved_tensor_stats().current_bytes - before;  // y (and its graph) die on return
+  Traced traced{autograd::saved_tensor_stats().current_bytes - before, trace.peaks()};
+  for (int64_t& bytes : traced.recompute) bytes -= before;
+  return traced;
+}  // y (and its graph) die on return
+
+// Fills the recompute fields from the traces at batch 1 and 2: each checkpointed module's line
+// (fixed + per_sample * batch) evaluated at `batch`, the largest kept.
+void plan_recompute(MemoryPlan& plan, const Traced& one, const Traced& two, int64_t batch) {
+  DEMI_INTERNAL_CHECK(one.recompute.size() == two.recompute.size(), "plan_memory: the traces at batch 1 and 2 ran ",
+                      one.recompute.size(), " and ", two.recompute.size(), " checkpointed modules");
+  for (size_t k = 0; k < one.recompute.size(); ++k) {
+    const int64_t per_sample = two.recompute[k] - one.recompute[k];
+    const int64_t fixed = one.recompute[k] - per_sample;
+    if (k == 0 || fixed + per_sample * batch > plan.recompute_fixed + plan.recompute_per_sample * batch) {
+      plan.recompute_fixed = fixed;
+      plan.recompute_per_sample = per_sample;
+    }
+  }
 }
 
 }  // namespace
@@ -83,16 +109,19 @@ MemoryPlan plan_memory(nn::Module& model, const MemoryPlanOptions& options) {
   for (const auto& [name, b] : model.named_buffers()) buffers.emplace_back(b, b.clone());
   const bool was_training = model.is_training();
   model.train();
-  const int64_t one = traced_saved_bytes(model, 1, options, *device);
-  const int64_t two = traced_saved_bytes(model, 2, options, *device);
+  const Traced one = traced_saved_bytes(model, 1, options, *device);
+  const Traced two = traced_saved_bytes(model, 2, options, *device);
   model.train(was_training);
   {
     NoGradGuard no_grad;
     for (auto& [live, saved] : buffers) live.copy_(saved);
   }
-  plan.saved_per_sample = two - one;
-  plan.saved_fixed = one - plan.saved_per_sample;
-  plan.saved_activations = plan.saved_fixed + plan.saved_per_sample * options.input_shape[0];
+  const int64_t batch = options.input_shape[0];
+  plan.saved_per_sample = two.forward - one.forward;
+  plan.saved_fixed = one.forward - plan.saved_per_sample;
+  plan_recompute(plan, one, two, batch);
+  plan.saved_activations = std::max(plan.saved_fixed + plan.saved_per_sample * batch,
+                                    plan.recompute_fixed + plan.recompute_per_sample * batch);
   return plan;
 }
 

@@ -1,6 +1,7 @@
 // amp::plan_memory: what training a model will hold, by memory_report()'s categories, before a run:
 // the arithmetic of parameters, gradients, optimizer state and fp32 masters, and saved activations
-// from traced forward passes. "What does bf16 save me?" answered without running out of memory.
+// from traced forward passes (checkpointed modules as their inputs, plus backward's recomputation of
+// one of them). "What does bf16 save me?" answered without running out of memory.
 #pragma once
 
 #include <cstdint>
@@ -34,10 +35,16 @@ struct MemoryPlan {
   int64_t gradients = 0;          // a gradient per trainable parameter (+ the fp32 one of each master, when unscaled)
   int64_t optimizer_state = 0;    // moments / momentum buffers (and lookahead's averages)
   int64_t master_weights = 0;     // fp32 copies of half parameters
-  int64_t saved_activations = 0;  // what the forward pass keeps for backward, at the batch of input_shape
+  // What is kept for backward at the batch of input_shape, at its peak: the end of the forward pass,
+  // or, with checkpointed modules, backward's rerun of one of them when that holds more.
+  int64_t saved_activations = 0;
   // The traced forward passes (batch 1 and 2): saved bytes = fixed + per_sample * batch. Fixed is
   // what does not grow with the batch (e.g. fp32 weights cast to half under autocast).
   int64_t saved_fixed = 0, saved_per_sample = 0;
+  // Checkpointed modules (nn::Sequential::checkpoint_blocks, demi::checkpoint in a forward) keep
+  // only their inputs in the forward pass; backward reruns them one at a time. What is held while
+  // it reruns the one that holds the most at this batch, in the same form (0 without checkpointing).
+  int64_t recompute_fixed = 0, recompute_per_sample = 0;
 
   int64_t total() const { return parameters + gradients + optimizer_state + master_weights + saved_activations; }
   // One row per category, in MB, and the total.
@@ -45,9 +52,10 @@ struct MemoryPlan {
 };
 
 // The plan for training `model` as it is (its parameters' dtypes and devices, the trainable ones
-// being those that require grad) with `options`. Runs two forward passes in training mode, at batch
-// 1 and 2, to measure the saved activations with autograd's saved-bytes counter, then puts back the
-// buffers they moved (batch-norm statistics): the model is left as it was.
+// being those that require grad, the modules it checkpoints) with `options`. Runs two forward
+// passes in training mode, at batch 1 and 2, to measure the saved activations with autograd's
+// saved-bytes counter (and autograd::RecomputeTrace for the checkpointed modules), then puts back
+// the buffers they moved (batch-norm statistics): the model is left as it was.
 MemoryPlan plan_memory(nn::Module& model, const MemoryPlanOptions& options);
 
 // The same arithmetic for `num_params` trainable parameters of `param_dtype`, without a model and
