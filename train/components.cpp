@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "framework/dist/sync_batch_norm.h"
 
@@ -100,7 +101,37 @@ std::unique_ptr<optim::LRScheduler> make_flag_schedule(ScheduleKind kind, optim:
   return nullptr;
 }
 
+// The child `name` of `model`, which must be an nn::Sequential.
+nn::Sequential& sequential_child(nn::Module& model, const std::string& name) {
+  for (const auto& [child_name, child] : model.named_children()) {
+    auto* seq = dynamic_cast<nn::Sequential*>(child.get());
+    if (child_name == name && seq) return *seq;
+  }
+  DEMI_THROW("--checkpoint-activations: the model has no Sequential named '", name, "'");
+}
+
 }  // namespace
+
+void checkpoint_top_level_blocks(nn::Module& model, ModelKind kind) {
+  std::vector<size_t> starts;
+  switch (kind) {
+    case ModelKind::SmallCNN: {
+      nn::Sequential& features = sequential_child(model, "features");
+      for (size_t i = 0; i < features.size(); ++i) {
+        if (dynamic_cast<nn::Conv2d*>(&features[i])) starts.push_back(i);
+      }
+      features.checkpoint_blocks(starts);
+      return;
+    }
+    case ModelKind::AirNet: {
+      nn::Sequential& blocks = sequential_child(model, "blocks");
+      for (size_t i = 0; i < blocks.size(); ++i) starts.push_back(i);
+      blocks.checkpoint_blocks(starts);
+      return;
+    }
+  }
+  DEMI_INTERNAL_CHECK(false, "unknown model ", static_cast<int>(kind));
+}
 
 StepCounts step_counts(const TrainerConfig& c, int64_t batches_per_epoch) {
   return {batches_per_epoch, std::max<int64_t>(2, batches_per_epoch * c.epochs)};
@@ -112,6 +143,7 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& c, const Device& dev
   std::shared_ptr<nn::Module> model = make_recipe_model(c, gen, train_set);
   model->to(device);
   if (c.half_params) model->to(compute_dtype(c.precision));  // BatchNorm stays fp32
+  if (c.checkpoint_activations) checkpoint_top_level_blocks(*model, c.model);
   return model;
 }
 

@@ -42,8 +42,13 @@ struct Components {
 
 // The recipe's model on `device`, seeded by --seed (Generator(seed) for the weights, then
 // manual_seed(seed) for the global generator), in the half dtype with --half-params (BatchNorm
-// stays fp32). train_set: airbench's whitening images; nullptr keeps the stem random.
+// stays fp32), with each top-level block checkpointed under --checkpoint-activations. train_set:
+// airbench's whitening images; nullptr keeps the stem random.
 std::shared_ptr<nn::Module> make_model(const TrainerConfig& c, const Device& device, const data::Dataset* train_set);
+// --checkpoint-activations: each top-level block of `model` (a `kind`) runs under demi::checkpoint.
+// SmallCNN's blocks start at each convolution of `features` (a pool joins the block before it);
+// AirNet's are `blocks.N`.
+void checkpoint_top_level_blocks(nn::Module& model, ModelKind kind);
 
 // --optimizer over the recipe's groups: SGD (Nesterov when momentum > 0), AdamW, or Muon with its
 // SGD groups in the recipe's order.

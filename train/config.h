@@ -54,6 +54,7 @@ struct TrainerConfig {
   LossScale loss_scale;
   double clip = 0.0;
   int accum = 1;
+  bool checkpoint_activations = false;  // each top-level block of the model recomputed in backward
   uint64_t seed = 0;
   std::string out_dir = "runs/latest";
   std::string resume_dir;

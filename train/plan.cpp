@@ -42,11 +42,16 @@ void print_memory_plan(const TrainerConfig& c, std::ostream& out) {
   out << "memory plan: " << name_of(c.model) << " " << name_of(c.precision)
       << (c.half_params ? " (half params, " : " (") << "master weights " << name_of(c.master_weights) << "), "
       << name_of(c.optimizer) << ", batch " << c.batch_size
-      << (c.accum > 1 ? " in " + std::to_string(c.accum) + " micro-batches" : std::string()) << ", on "
-      << c.device << "\n"
+      << (c.accum > 1 ? " in " + std::to_string(c.accum) + " micro-batches" : std::string())
+      << (c.checkpoint_activations ? ", activations checkpointed" : "") << ", on " << c.device << "\n"
       << plan.str() << std::fixed << std::setprecision(3) << "saved activations, traced at batch 1 and 2: "
-      << plan.saved_fixed / 1e6 << " MB + " << plan.saved_per_sample / 1e6 << " MB per image\n"
-      << "not planned: temporaries and outputs (memory_report's \"other\"), the data loader's batches, "
+      << plan.saved_fixed / 1e6 << " MB + " << plan.saved_per_sample / 1e6 << " MB per image"
+      << (c.checkpoint_activations ? " after the forward pass (checkpointed blocks keep their inputs)" : "") << "\n";
+  if (c.checkpoint_activations) {
+    out << "while backward recomputes one block at a time: at most " << plan.recompute_fixed / 1e6 << " MB + "
+        << plan.recompute_per_sample / 1e6 << " MB per image\n";
+  }
+  out << "not planned: temporaries and outputs (memory_report's \"other\"), the data loader's batches, "
          "and the allocator's cache\n";
 }
 

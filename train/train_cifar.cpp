@@ -75,7 +75,7 @@ void add_recipe_options(CLI::App& app, TrainerConfig& c) {
 }
 
 // Where the weights live and how steps are taken: half params, masters, rounding, loss scale,
-// clipping, accumulation, the seed.
+// clipping, accumulation, activation checkpointing, the seed.
 void add_step_options(CLI::App& app, TrainerConfig& c) {
   app.add_flag("--half-params", c.half_params, "model weights in fp16/bf16 with fp32 masters in the optimizer "
                "(BatchNorm stays fp32)");
@@ -89,6 +89,9 @@ void add_step_options(CLI::App& app, TrainerConfig& c) {
       ->check(cli::non_negative())->capture_default_str();
   app.add_option("--accum", c.accum, "micro-batches per step (gradient accumulation); must divide --batch-size")
       ->check(cli::positive())->capture_default_str();
+  app.add_flag("--checkpoint-activations", c.checkpoint_activations, "activation checkpointing: keep only the "
+               "inputs of each top-level block of the model (SmallCNN's conv blocks, AirNet's blocks) for backward, "
+               "which reruns one block at a time: less memory for about one more forward pass; the same gradients");
   app.add_option("--seed", c.seed, "seed for initialisation, shuffling and augmentation")->capture_default_str();
 }
 

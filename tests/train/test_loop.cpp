@@ -1,7 +1,7 @@
 // The fit loop on synthetic images (no CIFAR-10): a run writes its metrics, summary, report and
 // checkpoint and prints its lines; a run stopped by --max-steps inside an epoch and resumed ends
 // bit for bit where the uninterrupted run ends, logging each step once; the non-finite guard stops
-// a run after --max-nonfinite-steps bad steps in a row.
+// a run after --max-nonfinite-steps bad steps in a row; --checkpoint-activations trains the same weights.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -95,6 +95,23 @@ TEST(FitLoop, StoppingInsideAnEpochAndResumingReproducesTheUninterruptedRun) {
   EXPECT_EQ(ra.steps, rb.steps) << "each step logged once";
   EXPECT_EQ(ra.loss, rb.loss);
   EXPECT_EQ(ra.accuracy, rb.accuracy);
+}
+
+// --checkpoint-activations with bf16 autocast and two micro-batches: the weights of the plain run.
+TEST(FitLoop, CheckpointedActivationsTrainTheSameWeights) {
+  const test::TempDir plain("demi_loop_plain_"), checkpointed("demi_loop_checkpointed_");
+  train::TrainerConfig c = small_run(plain.path);
+  c.epochs = 1;
+  c.precision = train::Precision::Bf16;
+  c.accum = 2;
+  train_synthetic(c);
+  c.out_dir = checkpointed.path.string();
+  c.checkpoint_activations = true;
+  train_synthetic(c);
+  const auto a = load_safetensors((plain.path / "model.safetensors").string());
+  const auto b = load_safetensors((checkpointed.path / "model.safetensors").string());
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) EXPECT_EQ(t.to_vector<double>(), b.at(name).to_vector<double>()) << name;
 }
 
 TEST(NonFiniteGuard, StopsAfterTheGivenNumberInARowAndNamesTheBatch) {

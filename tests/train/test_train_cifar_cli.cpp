@@ -59,4 +59,13 @@ TEST(TrainCifarCli, PlanPrintsTheMemoryTableAndExits) {
   EXPECT_THAT(plan.output, HasSubstr("saved activations, traced at batch 1 and 2"));
 }
 
+// --checkpoint-activations plans the inputs of each block, and the recomputation of one of them.
+TEST(TrainCifarCli, PlanWithCheckpointedActivations) {
+  const CliRun plan = run_train_cifar("--plan --precision fp16 --accum 2 --checkpoint-activations");
+  EXPECT_EQ(plan.status, 0) << plan.output;
+  EXPECT_THAT(plan.output, HasSubstr("batch 128 in 2 micro-batches, activations checkpointed, on "));
+  EXPECT_THAT(plan.output, HasSubstr("MB per image after the forward pass (checkpointed blocks keep their inputs)"));
+  EXPECT_THAT(plan.output, HasSubstr("while backward recomputes one block at a time: at most "));
+}
+
 }  // namespace
