@@ -31,6 +31,8 @@
 #include "framework/nn/dropout.h"
 #include "framework/nn/embedding.h"
 #include "framework/nn/layer_norm.h"
+#include "framework/nn/multihead_attention.h"
+#include "framework/nn/transformer.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/adamw.h"
 #include "framework/optim/lookahead.h"
