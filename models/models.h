@@ -6,11 +6,13 @@
 
 #include "framework/demi/demi.h"
 #include "models/airnet.h"
+#include "models/cct.h"
 #include "models/small_cnn.h"
 
 namespace demi::models {
 
-// "SmallCNN" or "AirNet"; throws demi::Error naming the choices for anything else.
+// "SmallCNN", "AirNet", "cct7" (CCT-7/3x1) or "cct4" (CCT-4/3x2), spelled exactly so; throws
+// demi::Error naming the choices for anything else.
 std::shared_ptr<nn::Module> make_model(const std::string& name, Generator& gen = default_generator());
 
 }  // namespace demi::models

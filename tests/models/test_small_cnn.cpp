@@ -73,7 +73,7 @@ TEST(Models, UnknownNameNamesTheChoices) {
     models::make_model("ResNet");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("choose SmallCNN or AirNet"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("choose SmallCNN, AirNet, cct7 or cct4"), std::string::npos);
   }
 }
 
