@@ -6,6 +6,7 @@
 #include <string>
 
 #include "framework/dist/sync_batch_norm.h"
+#include "models/cct.h"
 
 namespace demi::train {
 namespace {
@@ -110,23 +111,38 @@ nn::Sequential& sequential_child(nn::Module& model, const std::string& name) {
   DEMI_THROW("--checkpoint-activations: the model has no Sequential named '", name, "'");
 }
 
+// A block from each convolution of `seq` up to the next: the layers after it (norm, activation,
+// pool) join it.
+void checkpoint_convolution_blocks(nn::Sequential& seq) {
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < seq.size(); ++i) {
+    if (dynamic_cast<nn::Conv2d*>(&seq[i])) starts.push_back(i);
+  }
+  seq.checkpoint_blocks(starts);
+}
+
+// Each child of `seq` a block of its own.
+void checkpoint_each_child(nn::Sequential& seq) {
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < seq.size(); ++i) starts.push_back(i);
+  seq.checkpoint_blocks(starts);
+}
+
 }  // namespace
 
 void checkpoint_top_level_blocks(nn::Module& model, ModelKind kind) {
-  std::vector<size_t> starts;
   switch (kind) {
-    case ModelKind::SmallCNN: {
-      nn::Sequential& features = sequential_child(model, "features");
-      for (size_t i = 0; i < features.size(); ++i) {
-        if (dynamic_cast<nn::Conv2d*>(&features[i])) starts.push_back(i);
-      }
-      features.checkpoint_blocks(starts);
+    case ModelKind::SmallCNN:
+      checkpoint_convolution_blocks(sequential_child(model, "features"));
       return;
-    }
-    case ModelKind::AirNet: {
-      nn::Sequential& blocks = sequential_child(model, "blocks");
-      for (size_t i = 0; i < blocks.size(); ++i) starts.push_back(i);
-      blocks.checkpoint_blocks(starts);
+    case ModelKind::AirNet:
+      checkpoint_each_child(sequential_child(model, "blocks"));
+      return;
+    case ModelKind::Cct7:
+    case ModelKind::Cct4: {
+      auto& cct = dynamic_cast<models::Cct&>(model);
+      checkpoint_convolution_blocks(cct.tokenizer());
+      checkpoint_each_child(cct.encoder().layers());
       return;
     }
   }

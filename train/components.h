@@ -47,7 +47,8 @@ struct Components {
 std::shared_ptr<nn::Module> make_model(const TrainerConfig& c, const Device& device, const data::Dataset* train_set);
 // --checkpoint-activations: each top-level block of `model` (a `kind`) runs under demi::checkpoint.
 // SmallCNN's blocks start at each convolution of `features` (a pool joins the block before it);
-// AirNet's are `blocks.N`.
+// AirNet's are `blocks.N`; a CCT's are its tokenizer's conv stages (as SmallCNN's) and each encoder
+// layer, `encoder.layers.N`.
 void checkpoint_top_level_blocks(nn::Module& model, ModelKind kind);
 
 // --optimizer over the recipe's groups: SGD (Nesterov when momentum > 0), AdamW, or Muon with its

@@ -18,10 +18,10 @@
 namespace demi::train {
 
 enum class Precision { Fp16, Bf16, Fp32 };  // Bf16 and Fp16: autocast (Fp16 with loss scaling)
-enum class ModelKind { SmallCNN, AirNet };
+enum class ModelKind { SmallCNN, AirNet, Cct7, Cct4 };  // Cct7: CCT-7/3x1, Cct4: CCT-4/3x2
 enum class OptimizerKind { Sgd, AdamW, Muon };  // Muon: only with Recipe::AirbenchMuon
 enum class ScheduleKind { OneCycle, Cosine, Linear, LinearDecay, Step, None };
-enum class Recipe { Standard, Airbench, AirbenchMuon };  // see train/recipe.h
+enum class Recipe { Standard, Airbench, AirbenchMuon, Cct };  // see train/recipe.h
 
 // --loss-scale: GradScaler's dynamic scale (fp16 only), none, or a fixed number.
 struct LossScale {
@@ -71,6 +71,9 @@ struct TrainerConfig {
 // --precision, --rounding against --half-params and --optimizer. Throws demi::Error naming the flags.
 void check_config(const TrainerConfig& c);
 
+// Whether the model is a CCT (cct7, cct4): its recipe is --recipe cct.
+inline bool is_cct(ModelKind model) { return model == ModelKind::Cct7 || model == ModelKind::Cct4; }
+
 // The compute dtype of a precision: float32, float16 or bfloat16.
 DType compute_dtype(Precision precision);
 
@@ -89,8 +92,11 @@ struct OptionNames<Precision> {
 template <>
 struct OptionNames<ModelKind> {
   static constexpr const char* kFlag = "--model";
-  static constexpr std::array<std::pair<ModelKind, const char*>, 2> kNames = {
-      {{ModelKind::SmallCNN, "SmallCNN"}, {ModelKind::AirNet, "AirNet"}}};
+  static constexpr std::array<std::pair<ModelKind, const char*>, 4> kNames = {
+      {{ModelKind::SmallCNN, "SmallCNN"},
+       {ModelKind::AirNet, "AirNet"},
+       {ModelKind::Cct7, "cct7"},
+       {ModelKind::Cct4, "cct4"}}};
 };
 template <>
 struct OptionNames<OptimizerKind> {
@@ -112,8 +118,9 @@ struct OptionNames<ScheduleKind> {
 template <>
 struct OptionNames<Recipe> {
   static constexpr const char* kFlag = "--recipe";
-  static constexpr std::array<std::pair<Recipe, const char*>, 3> kNames = {
-      {{Recipe::Standard, "standard"}, {Recipe::Airbench, "airbench"}, {Recipe::AirbenchMuon, "airbench-muon"}}};
+  static constexpr std::array<std::pair<Recipe, const char*>, 4> kNames = {
+      {{Recipe::Standard, "standard"}, {Recipe::Airbench, "airbench"}, {Recipe::AirbenchMuon, "airbench-muon"},
+       {Recipe::Cct, "cct"}}};
 };
 template <>
 struct OptionNames<optim::MasterWeights> {

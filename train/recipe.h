@@ -8,7 +8,10 @@
 // 0.2, lookahead, test-time augmentation). "airbench-muon" is airbench94_muon's recipe on the same
 // model (airbench94_muon.py in the same repository): the convolution filters trained by Muon, the
 // rest by Nesterov SGD, batch 2000, 8 epochs, linear decay to 0, the whitening bias trained for the
-// first 3 epochs only, no lookahead.
+// first 3 epochs only, no lookahead. "cct" trains CCT (models/cct.h; the default recipe of --model
+// cct4 and cct7): AdamW with no weight decay on norms, biases and the positional embedding, a linear
+// warm-up then cosine decay per step, label smoothing 0.1, crop + flip (recipe.cpp says why its lr and
+// weight decay).
 #pragma once
 
 #include <functional>
@@ -24,7 +27,8 @@
 namespace demi::train {
 
 // Sets the recipe's value for every flag the user did not give (`given("--lr")` says whether
-// --lr was on the command line) and checks that the recipe fits the model.
+// --lr was on the command line) and checks that the recipe fits the model. --model cct4 or cct7
+// without --recipe picks --recipe cct.
 void apply_recipe_defaults(TrainerConfig& c, const std::function<bool(const std::string&)>& given);
 
 // The model the recipe trains, initialised; parameters the recipe freezes have requires_grad

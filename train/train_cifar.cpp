@@ -1,4 +1,4 @@
-// train_cifar: trains SmallCNN or AirNet on CIFAR-10 in fp32, bf16 or fp16. Parses the command
+// train_cifar: trains SmallCNN, AirNet or a CCT on CIFAR-10 in fp32, bf16 or fp16. Parses the command
 // line once into a TrainerConfig (option names into enums) and runs one entry point: training,
 // --eval-only, --plan or --report. Errors print one line and exit 2 (usage) or 1 (the run).
 // Under mpirun -np N (or torchrun-style variables) the N processes train data parallel.
@@ -40,7 +40,8 @@ void add_model_options(CLI::App& app, TrainerConfig& c, Command& command) {
   cli::add_choice(app, c.precision, "fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling)");
   app.add_option("--device", command.device, "cpu or cuda (default: cuda when a GPU is present)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  cli::add_choice(app, c.model, "SmallCNN or AirNet (models/README.md)");
+  cli::add_choice(app, c.model, "SmallCNN, AirNet, cct7 (CCT-7/3x1) or cct4 (CCT-4/3x2; both train with --recipe cct "
+                  "unless --recipe says otherwise) (models/README.md)");
   app.add_option("--data-dir", c.data_dir, "CIFAR-10: image folders train/<class>/*.jpg or the binary batches "
                  "(default: $DEMI_CIFAR10, else ./data/cifar-10)")->capture_default_str();
 }
@@ -67,7 +68,10 @@ void add_recipe_options(CLI::App& app, TrainerConfig& c) {
                   "or airbench-muon: the same model and augmentation with airbench94_muon's training (Muon for the "
                   "convolution filters at --lr, Nesterov SGD for biases and head, whitening bias trained 3 epochs): "
                   "--epochs 8 --batch-size 2000 --lr 0.24 --optimizer muon --momentum 0.85 (SGD's) --weight-decay "
-                  "0.00241 (the head's) --schedule linear-decay --label-smoothing 0.2 --tta 2");
+                  "0.00241 (the head's) --schedule linear-decay --label-smoothing 0.2 --tta 2; "
+                  "or cct: a CCT (default --model cct4) with AdamW, no weight decay on norms, biases and the "
+                  "positional embedding: --optimizer adamw --lr 0.001 --weight-decay 0.06 --schedule cosine "
+                  "--label-smoothing 0.1");
   app.add_option("--tta", c.tta, "test-time augmentation of the final evaluation: 0 none, 1 mirror, 2 mirror and "
                  "one-pixel translations (6 passes)")->check(cli::between(0, 2))->capture_default_str();
   app.add_flag("--lookahead", c.lookahead, "from the 4th epoch on, every 5 steps pull the weights to their running "
@@ -90,7 +94,8 @@ void add_step_options(CLI::App& app, TrainerConfig& c) {
   app.add_option("--accum", c.accum, "micro-batches per step (gradient accumulation); must divide --batch-size")
       ->check(cli::positive())->capture_default_str();
   app.add_flag("--checkpoint-activations", c.checkpoint_activations, "activation checkpointing: keep only the "
-               "inputs of each top-level block of the model (SmallCNN's conv blocks, AirNet's blocks) for backward, "
+               "inputs of each top-level block of the model (SmallCNN's conv blocks, AirNet's blocks, a CCT's tokenizer "
+               "stages and encoder layers) for backward, "
                "which reruns one block at a time: less memory for about one more forward pass; the same gradients");
   app.add_option("--seed", c.seed, "seed for initialisation, shuffling and augmentation")->capture_default_str();
 }

@@ -1,4 +1,4 @@
-// --checkpoint-activations on the models train_cifar builds: SmallCNN and AirNet with each top-level
+// --checkpoint-activations on the models train_cifar builds: SmallCNN, AirNet and CCT with each top-level
 // block checkpointed take bit for bit the plain run's steps (fp32, bf16 autocast, fp16 autocast with
 // a GradScaler, two micro-batches), batch-norm statistics included; the memory planner predicts
 // what memory_report() measures over a checkpointed step within 5%, and less than without it.
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "models/cct.h"
 #include "train/components.h"
 
 namespace demi {
@@ -82,6 +83,15 @@ TEST(CheckpointActivations, AirNetTakesThePlainStepsBitForBit) {
   EXPECT_EQ(after_two_steps(*plain, setting, 4), after_two_steps(*checkpointed, setting, 4));
 }
 
+TEST(CheckpointActivations, CctTakesThePlainStepsBitForBit) {
+  for (const Setting& setting : {kSettings[0], kSettings[3]}) {
+    SCOPED_TRACE(setting.name);
+    auto plain = model_for(train::ModelKind::Cct4, false);
+    auto checkpointed = model_for(train::ModelKind::Cct4, true);
+    EXPECT_EQ(after_two_steps(*plain, setting, 4), after_two_steps(*checkpointed, setting, 4));
+  }
+}
+
 TEST(CheckpointActivations, TheBlocksAreTheTopLevelOnes) {
   auto small = model_for(train::ModelKind::SmallCNN, true);
   auto& features = dynamic_cast<nn::Sequential&>(*small->named_children()[0].second);
@@ -89,6 +99,16 @@ TEST(CheckpointActivations, TheBlocksAreTheTopLevelOnes) {
   auto air = model_for(train::ModelKind::AirNet, true);
   auto& blocks = dynamic_cast<nn::Sequential&>(*air->named_children()[1].second);
   EXPECT_EQ(blocks.checkpointed_blocks(), (std::vector<size_t>{0, 1, 2}));
+  // A CCT's: its tokenizer's conv stages (conv, ReLU, pool) and each encoder layer.
+  for (const auto& [kind, stages, layers] : {std::tuple{train::ModelKind::Cct4, std::vector<size_t>{0, 3}, 4u},
+                                             std::tuple{train::ModelKind::Cct7, std::vector<size_t>{0}, 7u}}) {
+    auto model = model_for(kind, true);
+    auto& cct = dynamic_cast<models::Cct&>(*model);
+    EXPECT_EQ(cct.tokenizer().checkpointed_blocks(), stages);
+    std::vector<size_t> each_layer(layers);
+    for (size_t i = 0; i < layers; ++i) each_layer[i] = i;
+    EXPECT_EQ(cct.encoder().layers().checkpointed_blocks(), each_layer);
+  }
 }
 
 void expect_within(int64_t planned, int64_t measured) {
@@ -133,6 +153,9 @@ TEST(CheckpointActivations, ThePlannerPredictsTheCheckpointedStepWithinFivePerce
   }
   SCOPED_TRACE("AirNet, bf16 autocast");
   expect_planned_step(train::ModelKind::AirNet, kSettings[1]);
+  SCOPED_TRACE("cct4, fp32 and bf16 autocast");
+  expect_planned_step(train::ModelKind::Cct4, kSettings[0]);
+  expect_planned_step(train::ModelKind::Cct4, kSettings[1]);
 }
 
 }  // namespace

@@ -68,4 +68,16 @@ TEST(TrainCifarCli, PlanWithCheckpointedActivations) {
   EXPECT_THAT(plan.output, HasSubstr("while backward recomputes one block at a time: at most "));
 }
 
+// A CCT plans like the CNNs, with its recipe's AdamW (two moments per parameter).
+TEST(TrainCifarCli, PlanForACctWithCheckpointedLayers) {
+  const CliRun plan = run_train_cifar("--plan --model cct4 --precision bf16 --checkpoint-activations");
+  EXPECT_EQ(plan.status, 0) << plan.output;
+  EXPECT_THAT(plan.output, HasSubstr("memory plan: cct4 bf16 (master weights fp32), adamw, batch 128, activations "
+                                     "checkpointed"));
+  EXPECT_THAT(plan.output, HasSubstr("while backward recomputes one block at a time: at most "));
+  const CliRun wrong = run_train_cifar("--plan --recipe cct --model SmallCNN");
+  EXPECT_EQ(wrong.status, 2);
+  EXPECT_THAT(wrong.output, HasSubstr("--recipe cct trains a CCT (cct4 or cct7), not SmallCNN"));
+}
+
 }  // namespace
