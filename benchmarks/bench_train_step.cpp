@@ -1,6 +1,7 @@
-// bench_train_step: images/s of one training step of SmallCNN and AirNet per precision, device and
-// batch, timed by crosscheck/torch_train_step.py's rule so the two compare side by side, with
-// peak memory by category and the saved-activation peak (the fp16/bf16 <= 0.55x fp32 target).
+// bench_train_step: images/s of one training step of the nets of models/ (SmallCNN, AirNet, cct7,
+// cct4) per precision, device and batch, timed by crosscheck/torch_train_step.py's rule so the two
+// compare side by side, with peak memory by category and the saved-activation peak (the fp16/bf16
+// <= 0.55x fp32 target).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -279,8 +280,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", c.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--batches", c.batches, "batch sizes, comma-separated")->delimiter(',')
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--nets", c.nets, "SmallCNN, AirNet")->delimiter(',')
-      ->check(CLI::IsMember({"SmallCNN", "AirNet"}))->capture_default_str();
+  app.add_option("--nets", c.nets, "SmallCNN, AirNet, cct7, cct4 (models/README.md)")->delimiter(',')
+      ->check(CLI::IsMember({"SmallCNN", "AirNet", "cct7", "cct4"}))->capture_default_str();
   app.add_option("--precisions", c.precisions,
                  "fp32, bf16 (autocast), fp16 (autocast + dynamic GradScaler), tf32 (fp32 with TF32 on CUDA)")
       ->delimiter(',')->check(CLI::IsMember({"fp32", "bf16", "fp16", "tf32"}))->capture_default_str();
