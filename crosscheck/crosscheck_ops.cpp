@@ -2,7 +2,7 @@
 // under bf16 / fp16 autocast), forward and backward, and writes the inputs, the upstream gradient,
 // the outputs and the input gradients to one safetensors file (and, in mode "optim", the
 // trajectories of SGD and AdamW, with and without OneCycle, and global-norm clipping; in the modes
-// models_*, a training step of SmallCNN and AirNet) whose metadata lists the cases.
+// models_*, a training step of each net of models/) whose metadata lists the cases.
 // crosscheck/compare.py runs the same cases in PyTorch (in the same dtype, and in float64 as the
 // reference) and reports where demi computes something else, or less accurately.
 // scripts/crosscheck-pytorch builds and runs both.
@@ -764,7 +764,7 @@ int run(const std::string& path) {
                                               {"models_bf16", std::nullopt, DType::BF16},
                                               {"models_fp16", std::nullopt, DType::F16}};
   for (const ModelMode& m : model_modes) {
-    for (const std::string net : {"SmallCNN", "AirNet"}) {
+    for (const std::string net : {"SmallCNN", "AirNet", "cct4", "cct7"}) {
       run_model_case(net, m.name, m.autocast, m.params, out, manifest, failures);
     }
   }

@@ -80,7 +80,62 @@ class AirNet(nn.Module):
         return self.fc(torch.amax(x, dim=(2, 3))) * (1.0 / 9.0)  # demi's rounding: times 1/9, not / 9
 
 
-NETS = {"SmallCNN": SmallCNN, "AirNet": AirNet}
+class CCT(nn.Module):
+    """CCT, the Compact Convolutional Transformer (Hassani et al., arXiv:2104.05704;
+    https://github.com/SHI-Labs/Compact-Transformers), as models/cct.h builds it: a tokenizer of
+    `conv_layers` stages conv3x3 (no bias) -> ReLU -> max pool 3 / 2 / 1, tokens plus a learnable
+    positional embedding, torch.nn.TransformerEncoder (pre-norm, GELU, dropout 0, batch_first, a
+    final LayerNorm), sequence pooling and Linear(D, 10). Initialised as the paper's code and demi:
+    convolutions kaiming_normal_, linear and in-projection weights trunc_normal_(std 0.02) with zero
+    biases, positional_emb trunc_normal_(std 0.2)."""
+
+    def __init__(self, num_layers, embed_dim, num_heads, mlp_ratio, conv_layers, conv_channels=64):
+        super().__init__()
+        side = 32
+        for _ in range(conv_layers):
+            side = (side - 1) // 2 + 1
+        self.positional_emb = nn.Parameter(torch.zeros(1, side * side, embed_dim))
+        stages, c_in = [], 3
+        for i in range(conv_layers):
+            c_out = embed_dim if i + 1 == conv_layers else conv_channels
+            stages += [conv3x3(c_in, c_out), nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1)]
+            c_in = c_out
+        self.tokenizer = nn.Sequential(*stages)
+        layer = nn.TransformerEncoderLayer(embed_dim, num_heads, dim_feedforward=int(embed_dim * mlp_ratio),
+                                           dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers, norm=nn.LayerNorm(embed_dim),
+                                             enable_nested_tensor=False)
+        self.attention_pool = nn.Linear(embed_dim, 1)
+        self.fc = nn.Linear(embed_dim, 10)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight)
+            elif isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.MultiheadAttention):
+                nn.init.trunc_normal_(m.in_proj_weight, std=0.02)
+                nn.init.zeros_(m.in_proj_bias)
+        nn.init.trunc_normal_(self.positional_emb, std=0.2)
+
+    def forward(self, x):
+        tokens = self.tokenizer(x).flatten(2).transpose(1, 2) + self.positional_emb
+        encoded = self.encoder(tokens)
+        weights = F.softmax(self.attention_pool(encoded).transpose(1, 2), dim=-1)  # [N, 1, T]
+        return self.fc((weights @ encoded).flatten(1))
+
+
+def cct7():
+    """CCT-7/3x1: 7 layers, width 256, 4 heads, MLP ratio 2, one conv stage. 3,765,515 parameters."""
+    return CCT(num_layers=7, embed_dim=256, num_heads=4, mlp_ratio=2, conv_layers=1)
+
+
+def cct4():
+    """CCT-4/3x2: 4 layers, width 128, 2 heads, MLP ratio 1, two conv stages. 483,659 parameters."""
+    return CCT(num_layers=4, embed_dim=128, num_heads=2, mlp_ratio=1, conv_layers=2)
+
+
+NETS = {"SmallCNN": SmallCNN, "AirNet": AirNet, "cct7": cct7, "cct4": cct4}
 
 
 def make(name):
@@ -91,9 +146,10 @@ def make(name):
 
 
 def forward_macs(net, image_size=32):
-    """Multiply-adds of one image's forward through every Conv2d and Linear, found by running one
-    image with hooks that read each layer's output shape: (total, [(layer, MACs), ...]) in the
-    order the forward runs them."""
+    """Multiply-adds of one image's forward through every Conv2d, Linear and MultiheadAttention (its
+    in- and out-projections and its two products q k^T and weights v), found by running one image
+    with hooks that read each layer's shapes: (total, [(layer, MACs), ...]) in the order the
+    forward runs them."""
     rows = []
 
     def hook(module, inputs, output):
@@ -102,12 +158,19 @@ def forward_macs(net, image_size=32):
             kh, kw = module.kernel_size
             macs = h * w * module.out_channels * (module.in_channels // module.groups) * kh * kw
             what = f"conv{kh}x{kw} {module.in_channels}->{module.out_channels} @ {h}x{w}"
+        elif isinstance(module, nn.MultiheadAttention):
+            tokens, e = inputs[0].shape[-2], module.embed_dim  # batch_first, one image
+            macs = tokens * 4 * e * e + 2 * tokens * tokens * e
+            what = f"attention {tokens} tokens x {e} ({module.num_heads} heads)"
         else:
-            macs = module.in_features * module.out_features
-            what = f"linear {module.in_features}->{module.out_features}"
+            tokens = output.numel() // module.out_features
+            macs = tokens * module.in_features * module.out_features
+            what = f"linear {module.in_features}->{module.out_features}" + (f" x {tokens}" if tokens > 1 else "")
         rows.append((what, macs))
 
-    handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    handles = [m.register_forward_pre_hook(lambda m, i: hook(m, i, None)) for m in net.modules()
+               if isinstance(m, nn.MultiheadAttention)]
+    handles += [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
     was_training = net.training
     try:
         net.eval()
