@@ -20,10 +20,10 @@ void expect_round_trip(const std::vector<std::string>& names) {
 
 TEST(Config, EveryOptionNameReadsBackAsItsValue) {
   expect_round_trip<train::Precision>({"fp16", "bf16", "fp32"});
-  expect_round_trip<train::ModelKind>({"SmallCNN", "AirNet"});
+  expect_round_trip<train::ModelKind>({"SmallCNN", "AirNet", "cct7", "cct4"});
   expect_round_trip<train::OptimizerKind>({"sgd", "adamw", "muon"});
   expect_round_trip<train::ScheduleKind>({"onecycle", "cosine", "linear", "linear-decay", "step", "none"});
-  expect_round_trip<train::Recipe>({"standard", "airbench", "airbench-muon"});
+  expect_round_trip<train::Recipe>({"standard", "airbench", "airbench-muon", "cct"});
   expect_round_trip<optim::MasterWeights>({"fp32", "none"});
   expect_round_trip<optim::Rounding>({"nearest", "stochastic"});
   EXPECT_EQ(train::from_name<train::Recipe>("airbench-muon"), train::Recipe::AirbenchMuon);
