@@ -1,7 +1,8 @@
 // bench_train_step: images/s of one training step of the nets of models/ (SmallCNN, AirNet, cct7,
 // cct4) per precision, device and batch, timed by crosscheck/torch_train_step.py's rule so the two
 // compare side by side, with peak memory by category and the saved-activation peak (the fp16/bf16
-// <= 0.55x fp32 target).
+// <= 0.55x fp32 target); --checkpoint-activations off,on also times each row with every top-level
+// block checkpointed and prints what that saves and costs.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "backends/kernels.h"
 #include "framework/demi/demi.h"
 #include "models/models.h"
+#include "train/components.h"
 
 namespace {
 
@@ -34,6 +36,7 @@ struct Config {
   std::vector<std::string> nets{"SmallCNN", "AirNet"};
   std::vector<std::string> precisions{"fp32", "bf16", "fp16"};
   std::vector<std::string> devices{"cpu", "cuda"};
+  std::vector<std::string> checkpoint{"off"};  // "on": each top-level block checkpointed
   int threads = 2;
   std::string json_path;
   bool profile = false;
@@ -42,6 +45,7 @@ struct Config {
 struct Row {
   std::string net, device, precision;
   int64_t batch = 0;
+  bool checkpointed = false;
   double median_s = 0, min_s = 0, max_s = 0;
   int64_t saved_peak = 0;  // autograd's saved tensors, each storage once
   MemoryReport memory;     // peaks by category over the timed steps
@@ -78,9 +82,10 @@ std::string unusable_reason(const std::string& kind) {
 
 // One (net, device, precision, batch): warm-up steps, then `steps` timed ones.
 Row run_row(const Config& c, const std::string& net, const Device& device, const std::string& precision,
-            int64_t batch) {
+            int64_t batch, bool checkpointed) {
   Row row;
   row.net = net;
+  row.checkpointed = checkpointed;
   row.device = device.str();
   row.precision = precision;
   row.batch = batch;
@@ -96,6 +101,7 @@ Row run_row(const Config& c, const std::string& net, const Device& device, const
   std::shared_ptr<nn::Module> model = models::make_model(net, gen);
   model->to(device);
   model->train();
+  if (checkpointed) train::checkpoint_top_level_blocks(*model, train::from_name<train::ModelKind>(net));
   optim::SGD::Options o;
   o.lr = 0.01;
   o.momentum = 0.9;
@@ -150,20 +156,20 @@ constexpr MemoryCategory kColumns[] = {MemoryCategory::Parameters, MemoryCategor
                                        MemoryCategory::Other};
 
 void print_header() {
-  std::cout << std::left << std::setw(9) << "net" << std::setw(7) << "device" << std::setw(6) << "prec" << std::right
+  std::cout << std::left << std::setw(12) << "net" << std::setw(7) << "device" << std::setw(6) << "prec" << std::right
             << std::setw(6) << "batch" << std::setw(10) << "img/s" << std::setw(10) << "ms/step" << std::setw(9)
             << "min" << std::setw(9) << "max" << " |" << std::setw(9) << "saved" << std::setw(7) << "x fp32"
             << " |" << std::setw(8) << "params" << std::setw(8) << "grads" << std::setw(8) << "optim" << std::setw(8)
             << "master" << std::setw(9) << "other" << std::setw(9) << "alloc" << std::setw(9) << "reserved" << "\n";
-  std::cout << std::setw(72) << "" << "   peak MB; saved: autograd's saved tensors (x fp32: over the fp32 row"
-            << " above); alloc, reserved: the allocator's\n";
+  std::cout << std::setw(75) << "" << "   peak MB; saved: autograd's saved tensors (x fp32: over the fp32 row"
+            << " above); alloc, reserved: the allocator's; +ckpt: activations checkpointed\n";
 }
 
 // `fp32_saved`: the saved-activation peak of the fp32 row with the same net, device and batch (0: none).
 void print_row(const Row& r, int64_t fp32_saved) {
   std::ostringstream ratio;
   if (fp32_saved > 0) ratio << std::fixed << std::setprecision(2) << static_cast<double>(r.saved_peak) / fp32_saved;
-  std::cout << std::left << std::setw(9) << r.net << std::setw(7) << r.device << std::setw(6) << r.precision
+  std::cout << std::left << std::setw(12) << (r.checkpointed ? r.net + "+ckpt" : r.net) << std::setw(7) << r.device << std::setw(6) << r.precision
             << std::right << std::setw(6) << r.batch << std::fixed << std::setprecision(1) << std::setw(10)
             << static_cast<double>(r.batch) / r.median_s << std::setw(10) << 1e3 * r.median_s << std::setw(9)
             << 1e3 * r.min_s << std::setw(9) << 1e3 * r.max_s << " |" << std::setw(9) << mb(r.saved_peak)
@@ -179,6 +185,13 @@ void print_row(const Row& r, int64_t fp32_saved) {
   }
 }
 
+// The checkpointed row against the plain one: what checkpointing saves and what it costs.
+void print_checkpoint_ratios(const Row& plain, const Row& checkpointed) {
+  std::cout << std::fixed << std::setprecision(2) << "  checkpointed / plain: saved activations "
+            << static_cast<double>(checkpointed.saved_peak) / static_cast<double>(plain.saved_peak) << "x, step time "
+            << checkpointed.median_s / plain.median_s << "x" << std::endl;
+}
+
 json row_json(const Row& r) {
   json memory = json::object();
   for (int i = 0; i < kNumMemoryCategories; ++i) {
@@ -188,6 +201,7 @@ json row_json(const Row& r) {
             {"device", r.device},
             {"precision", r.precision},
             {"batch", r.batch},
+            {"checkpoint_activations", r.checkpointed},
             {"median_s", r.median_s},
             {"min_s", r.min_s},
             {"max_s", r.max_s},
@@ -239,20 +253,25 @@ int run(const Config& c) {
   for (const Device& device : devices) {
     for (const std::string& net : c.nets) {
       for (int64_t batch : c.batches) {
-        int64_t fp32_saved = 0;
+        std::map<bool, int64_t> fp32_saved;  // by checkpointing on / off
         for (const std::string& precision : c.precisions) {
-          try {
-            const Row r = run_row(c, net, device, precision, batch);
-            if (precision == "fp32") fp32_saved = r.saved_peak;
-            print_row(r, precision == "fp32" ? 0 : fp32_saved);
-            out["rows"].push_back(row_json(r));
-          } catch (const Error& e) {  // e.g. an op the CUDA backend lacks: say so, go on
-            std::cout << net << " " << device << " " << precision << " batch " << batch << ": failed: " << e.what()
-                      << std::endl;
-            out["rows"].push_back({{"net", net}, {"device", device.str()}, {"precision", precision},
-                                   {"batch", batch}, {"error", e.what()}});
-            ++failures;
+          std::map<bool, Row> rows;
+          for (const std::string& mode : c.checkpoint) {
+            const bool checkpointed = mode == "on";
+            try {
+              const Row& r = rows[checkpointed] = run_row(c, net, device, precision, batch, checkpointed);
+              if (precision == "fp32") fp32_saved[checkpointed] = r.saved_peak;
+              print_row(r, precision == "fp32" ? 0 : fp32_saved[checkpointed]);
+              out["rows"].push_back(row_json(r));
+            } catch (const Error& e) {  // e.g. an op the CUDA backend lacks: say so, go on
+              std::cout << net << " " << device << " " << precision << " batch " << batch << ": failed: " << e.what()
+                        << std::endl;
+              out["rows"].push_back({{"net", net}, {"device", device.str()}, {"precision", precision},
+                                     {"batch", batch}, {"checkpoint_activations", checkpointed}, {"error", e.what()}});
+              ++failures;
+            }
           }
+          if (rows.size() == 2) print_checkpoint_ratios(rows[false], rows[true]);
         }
       }
     }
@@ -289,6 +308,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--json", c.json_path, "also write the results to this JSON file");
+  app.add_option("--checkpoint-activations", c.checkpoint, "off, on (each top-level block checkpointed, as "
+                 "train_cifar --checkpoint-activations); off,on times both and prints their ratios")
+      ->delimiter(',')->check(CLI::IsMember({"off", "on"}))->capture_default_str();
   app.add_flag("--profile", c.profile, "after each row, profile one more step: time per op and backward node");
   try {
     app.parse(argc, argv);
