@@ -29,6 +29,7 @@ void print_memory_plan(const TrainerConfig& c, std::ostream& out) {
   std::shared_ptr<nn::Module> model = make_model(c, c.device, nullptr);
   amp::MemoryPlanOptions o;
   o.input_shape = {c.batch_size / c.accum, 3, 32, 32};  // one micro-batch's activations live at a time
+  o.micro_batches = c.accum;
   o.autocast = dtype;
   o.optimizer_state_tensors = optimizer_state_tensors(c);
   o.masters = c.master_weights;

@@ -20,6 +20,7 @@ namespace demi::amp {
 namespace {
 
 void check_options(const MemoryPlanOptions& o) {
+  DEMI_CHECK(o.micro_batches >= 1, "plan_memory: micro_batches must be >= 1, got ", o.micro_batches);
   DEMI_CHECK(o.optimizer_state_tensors >= 0, "plan_memory: optimizer_state_tensors must be >= 0, got ",
              o.optimizer_state_tensors);
   DEMI_CHECK(o.autocast == DType::F32 || o.autocast == DType::F16 || o.autocast == DType::BF16,
@@ -45,8 +46,9 @@ struct Traced {
 };
 Traced traced_saved_bytes(nn::Module& model, int64_t batch, const MemoryPlanOptions& o, const Device& device) {
   Shape shape = o.input_shape;
-  shape[0] = batch;
-  const Tensor x = zeros(shape, DType::F32, device);
+  shape[0] = batch * o.micro_batches;
+  const Tensor whole = zeros(shape, DType::F32, device);
+  const Tensor x = o.micro_batches == 1 ? whole : whole.slice(0, batch);  // the first micro-batch
   const int64_t before = autograd::saved_tensor_stats().current_bytes;
   autograd::RecomputeTrace trace;
   std::optional<AutocastGuard> autocast;

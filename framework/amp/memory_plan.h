@@ -15,6 +15,10 @@ namespace demi::amp {
 
 struct MemoryPlanOptions {
   Shape input_shape;              // one training batch of inputs, e.g. [128, 3, 32, 32]
+  // With gradient accumulation, input_shape is one micro-batch, sliced (a view) from a batch of
+  // micro_batches of them, as train_cifar's --accum slices: an op that saves its input (the first
+  // convolution) then keeps the whole batch's storage, and memory_report() counts all of it.
+  int64_t micro_batches = 1;
   DType autocast = DType::F32;    // F16 / BF16: the forward runs under autocast to it
   int optimizer_state_tensors = 1;  // fp32 tensors per parameter: SGD with momentum 1, AdamW 2, plain SGD 0
   optim::MasterWeights masters = optim::MasterWeights::Fp32;  // for half parameters
