@@ -220,61 +220,92 @@ void gemm_typed(const GemmArgs& g) {
   }
 }
 
+// Rows of C that one thread forms at a time when a bf16 product is split by rows: their fp32 block
+// (256 x 768 floats: 768 KiB) stays in L2 until it is rounded into C.
+constexpr int64_t kBf16RowBlock = 256;
+
+// Alpha, beta * C and bias applied in fp32 to rows [r0, r1) of product i's A B (`ab`: row r0 first,
+// row stride n), and the rows rounded into C once.
+void finish_bf16_rows(const GemmArgs& g, int64_t i, const float* bias, float* ab, int64_t r0, int64_t r1) {
+  const int64_t n = g.n, stride_c = g.batch == 1 ? g.m * n : g.stride_c;
+  dispatch_floating(g.c.dtype, "gemm", [&](auto tag) {
+    using S = decltype(tag);
+    S* c = g.c.as<S>() + i * stride_c;
+    for (int64_t r = r0; r < r1; ++r) {
+      float* row = ab + (r - r0) * n;
+      for (int64_t j = 0; j < n; ++j) {
+        float v = static_cast<float>(g.alpha) * row[j];
+        if (g.beta != 0.0) v += static_cast<float>(g.beta) * static_cast<float>(c[r * n + j]);
+        row[j] = bias ? v + bias[j] : v;
+      }
+      convert_n(row, c + r * n, n);
+    }
+  });
+}
+
+// Product i's B into pairs of k rows (packed_gemm.h), padded.
+void pack_bf16_b(const GemmArgs& g, int64_t i, uint16_t* b) {
+  namespace bf = packed_gemm_bf16;
+  const uint16_t* src = g.b.as<uint16_t>() + i * g.stride_b;
+  if (g.trans_b == Transpose::Yes) {
+    bf::pack_bt(src, g.k, g.k, g.n, b, 0);
+  } else {
+    bf::pack_b(src, g.n, g.k, g.n, b, 0);
+  }
+  bf::pad_b(b, g.k, g.n);
+}
+
+// A tall product (a Linear over every token of a batch) in blocks of kBf16RowBlock rows spread
+// over the threads, each block's rows of A packed and its A B rounded into C from the thread's
+// scratch: no m x n fp32 matrix goes to memory and back (CCT-7's in-projection, 32768 x 768 x 256:
+// 100 MB each way).
+void gemm_bf16_row_blocks(const GemmArgs& g, int64_t i, const uint16_t* b, const float* bias) {
+  namespace bf = packed_gemm_bf16;
+  const int64_t m = g.m, n = g.n, k = g.k, kp = bf::k_padded(k), blocks = (m + kBf16RowBlock - 1) / kBf16RowBlock;
+  const bool ta = g.trans_a == Transpose::Yes;
+  const uint16_t* a_src = g.a.as<uint16_t>() + i * g.stride_a;
+#pragma omp parallel for schedule(static)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t r0 = block * kBf16RowBlock, rows = std::min(kBf16RowBlock, m - r0);
+    uint16_t* a = thread_scratch<uint16_t>(kSlotPackedA, bf::m_padded(rows) * kp);
+    float* ab = thread_scratch<float>(kSlotPackedB, rows * n);
+    bf::pack_a(ta ? a_src + r0 : a_src + r0 * k, ta ? 1 : k, ta ? m : 1, rows, k, a);
+    bf::gemm(a, kp, rows, k, b, n, ab, n, nullptr);
+    finish_bf16_rows(g, i, bias, ab, r0, r0 + rows);
+  }
+}
+
 // bf16 A and B on the ISA level's bf16 tile (packed_gemm.h): A packed into panels, B into pairs
 // of k rows, A B formed in fp32 (each bf16 product exact), alpha, beta * C and bias applied in fp32
 // and the result rounded into C once. Products are spread over threads when there are enough of
-// them, else each one's column strips are.
+// them; else a tall one's blocks of rows are, or each one's column strips.
 void gemm_bf16(const GemmArgs& g) {
   namespace bf = packed_gemm_bf16;
-  const int64_t m = g.m, n = g.n, k = g.k, mn = m * n, kp = bf::k_padded(k);
-  const bool ta = g.trans_a == Transpose::Yes, tb = g.trans_b == Transpose::Yes;
+  const int64_t m = g.m, n = g.n, k = g.k, kp = bf::k_padded(k);
+  const bool ta = g.trans_a == Transpose::Yes;
   const float* bias = g.bias.defined() ? as_compute<float>(g.bias, n, kSlotBias) : nullptr;
-  const int64_t stride_c = g.batch == 1 ? mn : g.stride_c;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const bool per_batch = g.batch >= threads;
+  const bool row_blocks = !per_batch && threads > 1 && m >= 4 * threads * kBf16RowBlock;
   const int64_t strip = isa::active().bf16.nr, strips = (n + strip - 1) / strip;
   auto one = [&](int64_t i) {
-    uint16_t* a = thread_scratch<uint16_t>(kSlotA, bf::m_padded(m) * kp);
     uint16_t* b = thread_scratch<uint16_t>(kSlotB, bf::b_size(k, n));
-    float* ab = thread_scratch<float>(kSlotC, mn);
-    const uint16_t* a_src = g.a.as<uint16_t>() + i * g.stride_a;
-    const uint16_t* b_src = g.b.as<uint16_t>() + i * g.stride_b;
-    bf::pack_a(a_src, ta ? 1 : k, ta ? m : 1, m, k, a);
-    if (tb) {
-      bf::pack_bt(b_src, k, k, n, b, 0);
-    } else {
-      bf::pack_b(b_src, n, k, n, b, 0);
-    }
-    bf::pad_b(b, k, n);
+    pack_bf16_b(g, i, b);
+    if (row_blocks) return gemm_bf16_row_blocks(g, i, b, bias);
+    uint16_t* a = thread_scratch<uint16_t>(kSlotA, bf::m_padded(m) * kp);
+    float* ab = thread_scratch<float>(kSlotC, m * n);
+    bf::pack_a(g.a.as<uint16_t>() + i * g.stride_a, ta ? 1 : k, ta ? m : 1, m, k, a);
     auto strip_range = [&](int64_t s0, int64_t s1) {
       const int64_t c0 = s0 * strip, c1 = std::min(n, s1 * strip);
       bf::gemm(a, kp, m, k, bf::b_columns(b, k, c0), c1 - c0, ab + c0, n, nullptr);
     };
     if (per_batch) {
       strip_range(0, strips);
-    } else {
-      parallel_for(strips, m * k * strip, strip_range);
+      finish_bf16_rows(g, i, bias, ab, 0, m);
+      return;
     }
-    dispatch_floating(g.c.dtype, "gemm", [&](auto tag) {
-      using S = decltype(tag);
-      S* c = g.c.as<S>() + i * stride_c;
-      auto finish = [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          float* row = ab + r * n;
-          for (int64_t j = 0; j < n; ++j) {
-            float v = static_cast<float>(g.alpha) * row[j];
-            if (g.beta != 0.0) v += static_cast<float>(g.beta) * static_cast<float>(c[r * n + j]);
-            row[j] = bias ? v + bias[j] : v;
-          }
-          convert_n(row, c + r * n, n);
-        }
-      };
-      if (per_batch) {
-        finish(0, m);
-      } else {
-        parallel_for(m, n, finish);
-      }
-    });
+    parallel_for(strips, m * k * strip, strip_range);
+    parallel_for(m, n, [&](int64_t r0, int64_t r1) { finish_bf16_rows(g, i, bias, ab + r0 * n, r0, r1); });
   };
   if (g.batch > 1 && per_batch && threads > 1) {
 #pragma omp parallel for schedule(dynamic)

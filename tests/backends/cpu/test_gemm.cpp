@@ -106,14 +106,19 @@ const Case kCases[] = {
 // AVX-512; products of 32 columns and 32^3 multiply-adds or more): threads split by rows (one
 // strip of columns); B packed where a thread's rows of A outgrow 1 MiB, then blocks of rows (48 at
 // k = 5000) with depth blocks of 128 and a strip of 12 columns, or threads split by columns (one
-// panel of rows) and B (17 MB) packed 16 MiB at a time: two strips, then one. Skipped elsewhere
-// (Eigen), which keeps them off the emulated AVX2 CPU.
+// panel of rows) and B (17 MB) packed 16 MiB at a time: two strips, then one. bf16 on its tile:
+// a transposed A packed in blocks with tails, k past 2048 taken in blocks of 1024 (the last one
+// partial), an odd k's last pair, and tall products split by blocks of 256 rows (from 4 blocks a
+// thread), the last one partial. Skipped elsewhere (Eigen), which keeps them off the emulated AVX2 CPU.
 const Case kTileCases[] = {
     {"alpha_beta_bias", 40, 48, 50, 1, true, false, false, false, true, 0.5, 0.75, false},
     {"tall_rows_split", 300, 40, 100, 1, false, true, false, false, true, 0.5, 0.0, false},
     {"deep_row_blocks", 100, 60, 5000, 1, true, false, false, false, false, 1.0, 1.0, false},
     {"deep_row_blocks_trans_b", 100, 60, 5000, 1, false, true, false, false, true, 1.0, 0.0, false},
     {"deep_columns_split", 8, 130, 33000, 1, false, true, false, false, true, 1.0, 0.0, false},
+    {"deep_odd_k_trans_a", 40, 50, 4097, 1, true, false, false, false, true, 1.0, 0.5, false},
+    {"tall_row_blocks", 3100, 40, 64, 1, false, true, false, false, true, 0.5, 0.5, false},
+    {"tall_row_blocks_trans_a", 3100, 33, 70, 1, true, false, false, false, false, 1.0, 0.0, false},
 };
 
 using demi_test::Level;
