@@ -54,16 +54,19 @@ void set_gflops(benchmark::State& state, double flops) {
   state.counters["threads"] = omp_get_max_threads();
 }
 
-// C = A B (tb 0) or A B^T (tb 1, as Linear's forward multiplies by its weight), m x n x k, through
-// CpuKernels::gemm; scripts/bench-gemm-vs-pytorch times torch.matmul on the same shapes.
+// C = A B (layout 0), A B^T (1: Linear's forward multiplies by its weight) or A^T B (2: Linear's
+// weight gradient, grad_y^T x), m x n x k, through CpuKernels::gemm; scripts/bench-gemm-vs-pytorch
+// times torch.matmul on the layout 0 and 1 shapes.
 void BM_GemmDemi(benchmark::State& state, DType dtype) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2), batch = state.range(4);
-  const bool tb = state.range(3) != 0;
-  Buffer a(dtype, {batch, m, k}), b(dtype, tb ? Shape{batch, n, k} : Shape{batch, k, n}), c(dtype, {batch, m, n});
+  const bool tb = state.range(3) == 1, ta = state.range(3) == 2;
+  Buffer a(dtype, ta ? Shape{batch, k, m} : Shape{batch, m, k}), b(dtype, tb ? Shape{batch, n, k} : Shape{batch, k, n}),
+      c(dtype, {batch, m, n});
   GemmArgs args;
   args.a = a.ref(), args.b = b.ref(), args.c = c.ref();
   args.m = m, args.n = n, args.k = k, args.batch = batch;
   args.stride_a = m * k, args.stride_b = k * n, args.stride_c = m * n;
+  args.trans_a = ta ? Transpose::Yes : Transpose::No;
   args.trans_b = tb ? Transpose::Yes : Transpose::No;
   Kernels& kernels = kernels_for(Device::cpu());
   for (auto _ : state) {
@@ -74,14 +77,16 @@ void BM_GemmDemi(benchmark::State& state, DType dtype) {
 }
 
 // Squares, then Linear's forward at batch 128 (1024 -> 1024), a transformer MLP's first layer
-// (2048 tokens, 768 -> 3072), attention's scores (512 products of 64 x 64 x 64, B^T) and a batch
-// of tiny products.
+// (2048 tokens, 768 -> 3072), attention's scores (512 products of 64 x 64 x 64, B^T), a batch of
+// tiny products, and CCT-7's in-projection at batch 128 (32768 tokens, 256 -> 768) in its three
+// products: forward, the input's gradient and the weight's.
 void gemm_shapes(benchmark::internal::Benchmark* b, bool all) {
-  b->ArgNames({"m", "n", "k", "tb", "batch"});
+  b->ArgNames({"m", "n", "k", "layout", "batch"});
   for (const int64_t n : {256, 512, 1024, 2048}) {
     if (all || n == 1024) b->Args({n, n, n, 0, 1});
   }
   if (all) b->Args({128, 1024, 1024, 1, 1})->Args({2048, 3072, 768, 1, 1})->Args({64, 64, 64, 1, 512})->Args({8, 8, 8, 0, 4096});
+  b->Args({32768, 768, 256, 1, 1})->Args({32768, 256, 768, 0, 1})->Args({768, 256, 32768, 2, 1});
 }
 
 // Eigen alone: a plain column-major MatrixXf product, parallelised by Eigen's own OpenMP.
