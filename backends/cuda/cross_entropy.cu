@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/device_types.cuh"
+#include "backends/host_reads.h"
 #include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
@@ -131,6 +132,7 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* ta
 // (and its gradient starts the backward).
 void throw_if_bad_target(const char* op, const CrossEntropyArgs& args, unsigned long long* report,
                          cudaStream_t stream) {
+  note_host_read("cross_entropy's label check");
   unsigned long long first_bad = kNoBadRow;
   DEMI_CUDA_CHECK(cudaMemcpyAsync(&first_bad, report, sizeof(first_bad), cudaMemcpyDeviceToHost, stream));
   DEMI_CUDA_CHECK(cudaStreamSynchronize(stream));

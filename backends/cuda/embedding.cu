@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/host_reads.h"
 #include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
@@ -90,6 +91,7 @@ void throw_if_bad_index(const char* op, const TensorRef& indices, int64_t V, uns
   DEMI_CUDA_CHECK(cudaMemsetAsync(report, 0xff, sizeof(*report), stream));
   check_indices_kernel<<<blocks, kThreads, 0, stream>>>(indices.as<const int64_t>(), M, V, report);
   DEMI_CUDA_LAUNCH_CHECK("check_indices_kernel");
+  note_host_read("embedding's index check");
   unsigned long long first_bad = kNoBadIndex;
   DEMI_CUDA_CHECK(cudaMemcpyAsync(&first_bad, report, sizeof(first_bad), cudaMemcpyDeviceToHost, stream));
   DEMI_CUDA_CHECK(cudaStreamSynchronize(stream));

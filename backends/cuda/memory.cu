@@ -3,6 +3,7 @@
 // returning, so the host buffer may be reused or freed at once.
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/host_reads.h"
 
 namespace demi::backend::cuda {
 
@@ -42,6 +43,7 @@ void CudaKernels::copy_from_host(const void* host_src, void* dst, size_t bytes) 
 
 void CudaKernels::copy_to_host(const void* src, void* host_dst, size_t bytes) {
   if (bytes == 0) return;
+  note_host_read("a copy to the host");
   const DeviceGuard guard(index_);
   DEMI_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));

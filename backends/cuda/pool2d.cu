@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/host_reads.h"
 #include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
@@ -291,6 +292,7 @@ void CudaKernels::pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g
       });
     });
     if (!checked) return;
+    note_host_read("max_pool2d backward's index check");
     unsigned long long first_bad = 0;
     DEMI_CUDA_CHECK(cudaMemcpyAsync(&first_bad, report_, sizeof(first_bad), cudaMemcpyDeviceToHost, stream_));
     DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -45,6 +45,7 @@
 #include "framework/tensor/allocator.h"
 #include "framework/tensor/factories.h"
 #include "framework/tensor/generator.h"
+#include "framework/tensor/host_reads.h"
 #include "framework/tensor/state_dict.h"
 #include "framework/tensor/tensor.h"
 #include "framework/training/train_step.h"

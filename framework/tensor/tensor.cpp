@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "backends/host_reads.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"
 #include "framework/ops/internal.h"
@@ -173,6 +174,9 @@ void Tensor::backward(const Tensor& grad_output) const { autograd::run_backward(
 
 void Tensor::copy_to_host_as(DType dtype, void* out) const {
   NoGradGuard no_grad;
+  // A device tensor's copy to the host counts itself (the backend's copy_to_host); a CPU one's
+  // read is counted here, as the same read would be on a GPU.
+  if (device().is_cpu()) backend::note_host_read("item() / to_vector()");
   Tensor host = to(Device::cpu()).to(dtype);
   if (host.nbytes() == 0) return;  // out may be null then (an empty vector's data()), which memcpy may not take
   std::memcpy(out, host.data_ptr(), host.nbytes());
