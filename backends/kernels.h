@@ -179,8 +179,11 @@ struct WriteRounding {
 //   first step);  g = nesterov ? g + momentum * buf : buf;  p -= lr * g.
 // param and grad may be half; momentum_buffer is fp32. With a master (fp32) the step is applied
 // to the master and the result rounded once into param.
+// found_inf (optional, one-element F32 on the device): when nonzero the kernel changes nothing, so
+// that a GradScaler's skip is decided on the device, without the host reading the flag (as
+// PyTorch's fused optimizers take found_inf).
 struct SgdArgs {
-  TensorRef param, grad, momentum_buffer, master;
+  TensorRef param, grad, momentum_buffer, master, found_inf;
   double lr = 0.0, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
   bool first_step = true;  // the momentum buffer is initialised from g rather than updated
@@ -191,9 +194,12 @@ struct SgdArgs {
 //   p *= 1 - lr * weight_decay;  m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2;
 //   p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps).
 // exp_avg (m) and exp_avg_sq (v) are fp32 (F64 for an F64 param); step counts from 1. A master
-// (fp32) works as in SgdArgs.
+// (fp32) and found_inf work as in SgdArgs. The step count is `step`, or, when step_count (a
+// one-element I64 on the device: the steps taken before this one) is given, read from the device:
+// the kernel adds 1 to it unless found_inf is set and uses the new count, so that a skipped step
+// is not counted, as in PyTorch, with no host read.
 struct AdamWArgs {
-  TensorRef param, grad, exp_avg, exp_avg_sq, master;
+  TensorRef param, grad, exp_avg, exp_avg_sq, master, found_inf, step_count;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
   int64_t step = 1;
   WriteRounding rounding;  // how the result is written into a half param
@@ -211,9 +217,10 @@ struct UnscaleArgs {
 // GradScaler's update, on the device (PyTorch's _amp_update_scale_): when found_inf != 0,
 // scale *= backoff_factor and growth_tracker = 0; else growth_tracker += 1 and, when it reaches
 // growth_interval, scale *= growth_factor (only if the result is finite) and growth_tracker = 0.
-// scale: 0-d F32, growth_tracker: 0-d I64, found_inf: 0-d F32.
+// scale: 0-d F32, growth_tracker: 0-d I64, found_inf: 0-d F32. step_counts (optional, 3 I64):
+// steps taken, steps skipped, skipped in a row, counted here so the host need not read found_inf.
 struct ScaleUpdateArgs {
-  TensorRef scale, growth_tracker, found_inf;
+  TensorRef scale, growth_tracker, found_inf, step_counts;
   double growth_factor = 2.0, backoff_factor = 0.5;
   int64_t growth_interval = 2000;
 };

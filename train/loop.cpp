@@ -146,11 +146,13 @@ StepResult FitLoop::take_step(const data::Batch& batch) {
     const Tensor y = c_.accum == 1 ? labels : labels.slice(i * micro, (i + 1) * micro);
     return cross_entropy(net(x), y, {c_.label_smoothing});
   });
+  double loss = r.loss_value();
   if (env_.group) {  // the global batch's mean loss, and whether any rank was asked to stop
-    const Tensor shared = tensor(std::vector<double>{r.loss / env_.world, g_stop_requested ? 1.0 : 0.0}, {2});
+    const Tensor shared = tensor(std::vector<double>{loss / env_.world, g_stop_requested ? 1.0 : 0.0}, {2});
     env_.group->all_reduce(shared);
-    r.loss = shared.to_vector<double>()[0];
-    stop_agreed_ = shared.to_vector<double>()[1] > 0.0;
+    const std::vector<double> values = shared.to_vector<double>();
+    loss = values[0];
+    stop_agreed_ = values[1] > 0.0;
   }
   if (c_.loss_scale.kind == LossScale::Kind::Fixed) parts_.scaler->update(c_.loss_scale.value);
   ++progress_.step;
@@ -159,9 +161,9 @@ StepResult FitLoop::take_step(const data::Batch& batch) {
       parts_.lookahead->update(*decay);
     }
   }
-  result.loss = r.loss;
-  result.non_finite_loss = r.non_finite_loss;
-  result.grad_norm = r.grad_norm;
+  result.loss = loss;
+  result.non_finite_loss = r.had_non_finite_loss();
+  result.grad_norm = r.grad_norm_value();
   result.images = images.size(0) * env_.world;
   return result;
 }

@@ -12,15 +12,15 @@ namespace demi::backend::cpu {
 namespace {
 
 template <typename T, typename G, bool kMaster>
-void adamw_typed(const AdamWArgs& args) {
+void adamw_typed(const AdamWArgs& args, int64_t step) {
   using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
   T* param = args.param.as<T>();
   const G* grad = args.grad.as<G>();
   C* m = args.exp_avg.as<C>();
   C* v = args.exp_avg_sq.as<C>();
   float* master = args.master.as<float>();
-  const double bias1 = 1.0 - std::pow(args.beta1, static_cast<double>(args.step));
-  const double bias2 = 1.0 - std::pow(args.beta2, static_cast<double>(args.step));
+  const double bias1 = 1.0 - std::pow(args.beta1, static_cast<double>(step));
+  const double bias2 = 1.0 - std::pow(args.beta2, static_cast<double>(step));
   const C decay = static_cast<C>(1.0 - args.lr * args.weight_decay);
   const C step_size = static_cast<C>(args.lr / bias1);
   const C inv_sqrt_bias2 = static_cast<C>(1.0 / std::sqrt(bias2));
@@ -45,14 +45,17 @@ void adamw_typed(const AdamWArgs& args) {
 
 void CpuKernels::adamw_step_impl(const AdamWArgs& args) {
   constexpr const char* op = "adamw_step";
+  if (found_inf_set(args.found_inf)) return;  // a skipped step changes nothing, its count included
+  int64_t step = args.step;
+  if (args.step_count.defined()) step = ++*args.step_count.as<int64_t>();
   const TensorRef& param = args.param;
   const bool has_master = args.master.defined();
   dispatch_floating(param.dtype, op, [&](auto ptag) {
     dispatch_floating(args.grad.dtype, op, [&](auto gtag) {
       using T = decltype(ptag);
       using G = decltype(gtag);
-      if (has_master) adamw_typed<T, G, true>(args);
-      else adamw_typed<T, G, false>(args);
+      if (has_master) adamw_typed<T, G, true>(args, step);
+      else adamw_typed<T, G, false>(args, step);
     });
   });
 }

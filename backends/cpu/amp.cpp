@@ -51,7 +51,13 @@ void CpuKernels::unscale_check_finite_impl(const UnscaleArgs& args) {
 void CpuKernels::update_scale_impl(const ScaleUpdateArgs& args) {
   float& scale = *args.scale.as<float>();
   int64_t& tracker = *args.growth_tracker.as<int64_t>();
-  if (*args.found_inf.as<float>() != 0.0f) {
+  const bool skipped = *args.found_inf.as<float>() != 0.0f;
+  if (args.step_counts.defined()) {
+    int64_t* counts = args.step_counts.as<int64_t>();
+    counts[skipped ? 1 : 0] += 1;
+    counts[2] = skipped ? counts[2] + 1 : 0;
+  }
+  if (skipped) {
     scale = static_cast<float>(scale * args.backoff_factor);
     tracker = 0;
     return;

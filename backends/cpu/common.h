@@ -256,4 +256,9 @@ inline void store_param(T* param, int64_t i, C p, const WriteRounding& r) {
   param[i] = T(p);
 }
 
+// Whether an optimizer's found_inf (optional, one-element F32) asks it to skip the step.
+inline bool found_inf_set(const TensorRef& found_inf) {
+  return found_inf.defined() && *found_inf.as<float>() != 0.0f;
+}
+
 }  // namespace demi::backend::cpu

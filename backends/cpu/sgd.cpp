@@ -40,6 +40,7 @@ void sgd_typed(const SgdArgs& args) {
 
 void CpuKernels::sgd_step_impl(const SgdArgs& args) {
   constexpr const char* op = "sgd_step";
+  if (found_inf_set(args.found_inf)) return;  // a skipped step changes nothing
   const TensorRef& param = args.param;
   const TensorRef& grad = args.grad;
   const bool has_master = args.master.defined();

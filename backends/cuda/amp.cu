@@ -84,8 +84,14 @@ __global__ void __launch_bounds__(kUnscaleThreads)
 // PyTorch's _amp_update_scale_ (one thread): back off on inf/NaN, else grow every growth_interval
 // clean steps, never into inf. The products are in double then rounded, as the CPU backend's.
 __global__ void update_scale_kernel(float* scale, int64_t* growth_tracker, const float* found_inf,
-                                    double growth_factor, double backoff_factor, int64_t growth_interval) {
-  if (*found_inf != 0.0f) {
+                                    double growth_factor, double backoff_factor, int64_t growth_interval,
+                                    int64_t* step_counts) {
+  const bool skipped = *found_inf != 0.0f;
+  if (step_counts != nullptr) {  // taken, skipped, skipped in a row
+    step_counts[skipped ? 1 : 0] += 1;
+    step_counts[2] = skipped ? step_counts[2] + 1 : 0;
+  }
+  if (skipped) {
     *scale = static_cast<float>(*scale * backoff_factor);
     *growth_tracker = 0;
     return;
@@ -161,7 +167,8 @@ void CudaKernels::update_scale_impl(const ScaleUpdateArgs& args) {
   const DeviceGuard guard(index_);
   update_scale_kernel<<<1, 1, 0, stream_>>>(args.scale.as<float>(), args.growth_tracker.as<int64_t>(),
                                            args.found_inf.as<const float>(), args.growth_factor,
-                                           args.backoff_factor, args.growth_interval);
+                                           args.backoff_factor, args.growth_interval,
+                                           args.step_counts.defined() ? args.step_counts.as<int64_t>() : nullptr);
   DEMI_CUDA_LAUNCH_CHECK("update_scale_kernel");
 }
 

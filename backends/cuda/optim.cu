@@ -81,7 +81,10 @@ struct SgdScalars {
   C lr, momentum, dampening, weight_decay;
   bool use_momentum, nesterov, first_step;
   WriteRounding rounding;
+  const float* found_inf = nullptr;  // nonzero: skip the step (null: never)
 };
+
+__device__ inline bool skip_step(const float* found_inf) { return found_inf != nullptr && *found_inf != 0.0f; }
 
 // Elements [i, i + N): the step of sgd.cpp, element by element.
 template <int N, typename T, typename G, typename C>
@@ -116,6 +119,7 @@ __device__ inline void sgd_elements(const SgdScalars<C>& s, T* param, const G* g
 template <typename T, typename G, typename C>
 __global__ void sgd_kernel(SgdScalars<C> s, T* param, const G* grad, C* buf, float* master, int64_t n,
                            int64_t packs) {
+  if (skip_step(s.found_inf)) return;
   for (int64_t k = thread_index(); k < packs; k += grid_width())
     sgd_elements<kPack>(s, param, grad, buf, master, k * kPack);
   for (int64_t i = packs * kPack + thread_index(); i < n; i += grid_width())
@@ -128,7 +132,17 @@ template <typename C>
 struct AdamWScalars {
   C decay, step_size, inv_sqrt_bias2, beta1, beta2, eps, one_minus_beta1, one_minus_beta2;
   WriteRounding rounding;
+  const float* found_inf = nullptr;  // nonzero: skip the step (null: never)
+  // The step count on the device (advance_step_kernel has counted this step), from which each
+  // thread derives step_size and inv_sqrt_bias2 in double as the host does; null: they are given.
+  const int64_t* step_count = nullptr;
+  double lr = 0.0, beta1_d = 0.0, beta2_d = 0.0;
 };
+
+// AdamWArgs::step_count: one more step, unless this one is skipped.
+__global__ void advance_step_kernel(int64_t* step_count, const float* found_inf) {
+  if (!skip_step(found_inf)) *step_count += 1;
+}
 
 // Elements [i, i + N): the step of adamw.cpp, element by element.
 template <int N, typename T, typename G, typename C>
@@ -162,6 +176,12 @@ __device__ inline void adamw_elements(const AdamWScalars<C>& s, T* param, const 
 template <typename T, typename G, typename C>
 __global__ void adamw_kernel(AdamWScalars<C> s, T* param, const G* grad, C* exp_avg, C* exp_avg_sq,
                              float* master, int64_t n, int64_t packs) {
+  if (skip_step(s.found_inf)) return;
+  if (s.step_count != nullptr) {
+    const double step = static_cast<double>(*s.step_count);
+    s.step_size = static_cast<C>(s.lr / (1.0 - pow(s.beta1_d, step)));
+    s.inv_sqrt_bias2 = static_cast<C>(1.0 / sqrt(1.0 - pow(s.beta2_d, step)));
+  }
   for (int64_t k = thread_index(); k < packs; k += grid_width())
     adamw_elements<kPack>(s, param, grad, exp_avg, exp_avg_sq, master, k * kPack);
   for (int64_t i = packs * kPack + thread_index(); i < n; i += grid_width())
@@ -200,6 +220,7 @@ void CudaKernels::sgd_step_impl(const SgdArgs& args) {
       s.nesterov = args.nesterov;
       s.first_step = args.first_step;
       s.rounding = args.rounding;
+      s.found_inf = args.found_inf.defined() ? args.found_inf.as<const float>() : nullptr;
       C* buf = use_momentum ? args.momentum_buffer.as<C>() : nullptr;
       float* master = has_master ? args.master.as<float>() : nullptr;
       const bool aligned = pack_aligned<T>(param.data) && pack_aligned<G>(grad.data) && pack_aligned<C>(buf) &&
@@ -223,6 +244,12 @@ void CudaKernels::adamw_step_impl(const AdamWArgs& args) {
   const double bias1 = 1.0 - std::pow(args.beta1, static_cast<double>(args.step));
   const double bias2 = 1.0 - std::pow(args.beta2, static_cast<double>(args.step));
   const int64_t n = param.numel();
+  if (args.step_count.defined()) {  // counted before the update kernel reads it (stream order)
+    const DeviceGuard guard(index_);
+    advance_step_kernel<<<1, 1, 0, stream_>>>(args.step_count.as<int64_t>(),
+                                              args.found_inf.defined() ? args.found_inf.as<const float>() : nullptr);
+    DEMI_CUDA_LAUNCH_CHECK("advance_step_kernel");
+  }
   dispatch_floating(param.dtype, op, [&](auto ptag) {
     dispatch_floating(args.grad.dtype, op, [&](auto gtag) {
       using T = typename decltype(ptag)::type;
@@ -240,6 +267,13 @@ void CudaKernels::adamw_step_impl(const AdamWArgs& args) {
       s.one_minus_beta1 = static_cast<C>(1.0 - args.beta1);
       s.one_minus_beta2 = static_cast<C>(1.0 - args.beta2);
       s.rounding = args.rounding;
+      s.found_inf = args.found_inf.defined() ? args.found_inf.as<const float>() : nullptr;
+      if (args.step_count.defined()) {
+        s.step_count = args.step_count.as<const int64_t>();
+        s.lr = args.lr;
+        s.beta1_d = args.beta1;
+        s.beta2_d = args.beta2;
+      }
       C* exp_avg = args.exp_avg.as<C>();
       C* exp_avg_sq = args.exp_avg_sq.as<C>();
       float* master = has_master ? args.master.as<float>() : nullptr;

@@ -30,8 +30,8 @@ int main() {
 
   for (int i = 0; i < 10; ++i) {
     const auto r = step.run([&](int) { return cross_entropy(net(images), targets); });
-    std::cout << "step " << i << ": loss " << r.loss << (r.stepped ? "" : " (skipped)") << ", grad norm "
-              << r.grad_norm << ", scale " << scaler.get_scale() << "\n";
+    std::cout << "step " << i << ": loss " << r.loss_value() << (r.stepped() ? "" : " (skipped)") << ", grad norm "
+              << r.grad_norm_value() << ", scale " << scaler.get_scale() << "\n";
   }
   return 0;
 }

@@ -1,5 +1,5 @@
 // GradScaler: the state machine on the host, the numbers on the device (scale, growth tracker,
-// found_inf), one host read of found_inf per step.
+// found_inf, the step counts); a step makes no host read with SGD and AdamW, which skip on the device.
 #include "framework/amp/grad_scaler.h"
 
 #include <cmath>
@@ -26,6 +26,7 @@ void GradScaler::lazy_init(const Device& device) {
   if (scale_.defined()) return;
   scale_ = full({}, options_.init_scale, DType::F32, device);
   growth_tracker_ = zeros({}, DType::I64, device);
+  step_counts_ = zeros({3}, DType::I64, device);
 }
 
 Tensor GradScaler::scale(const Tensor& loss) {
@@ -70,31 +71,41 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   state.stage = Stage::Unscaled;
 }
 
-bool GradScaler::step(optim::Optimizer& opt) {
+void GradScaler::step(optim::Optimizer& opt) {
   if (!options_.enabled) {
     opt.step();
-    return true;
+    return;
   }
   OptimizerState& state = per_optimizer_[&opt];
   DEMI_CHECK(state.stage != Stage::Stepped, "GradScaler::step: step() has already been called since the last "
              "update(); call update() once per iteration, after step()");
   if (state.stage == Stage::Ready) unscale_(opt);
-  const bool skip = state.found_inf.item<float>() != 0.0f;  // the one host read of the step
-  if (!skip) opt.step();
+  opt.step_unless(state.found_inf);
   state.stage = Stage::Stepped;
-  record_step(skip);
-  return !skip;
+  last_found_inf_ = state.found_inf;
 }
 
-void GradScaler::record_step(bool skipped) {
-  last_step_skipped_ = skipped;
-  if (skipped) {
-    ++steps_skipped_;
-    ++consecutive_skips_;
-  } else {
-    ++steps_taken_;
-    consecutive_skips_ = 0;
-  }
+bool GradScaler::last_step_skipped() const {
+  return options_.enabled && last_found_inf_.defined() && last_found_inf_.item<float>() != 0.0f;
+}
+
+int64_t GradScaler::step_count(int which) const {
+  if (!options_.enabled || !step_counts_.defined()) return 0;
+  const std::vector<int64_t> counts = step_counts_.to_vector<int64_t>();
+  if (!warned_ && counts[2] > 0) warn_if_collapsed(counts[2], scale_.item<float>());
+  return counts[static_cast<size_t>(which)];
+}
+
+// Collapse: checked where the host reads the scaler's state anyway (the getters), so that steps
+// stay free of host reads; a loop that logs the scale hears of it at its next log.
+void GradScaler::warn_if_collapsed(int64_t consecutive, double scale) const {
+  if (warned_ || consecutive == 0 || (consecutive < options_.warn_after_consecutive_skips && scale >= 1.0)) return;
+  warned_ = true;
+  std::ostringstream msg;
+  msg << "GradScaler: " << consecutive << " steps in a row were skipped for inf/NaN gradients and "
+      << "the scale is now " << scale << ". The gradients overflow even without scaling: lower the learning "
+      << "rate, clip gradients (scaler.clip_grad_norm_), or check the data for inf/NaN.";
+  warn(msg.str());
 }
 
 void GradScaler::update() {
@@ -110,28 +121,16 @@ void GradScaler::update() {
   args.scale = scale_.ref();
   args.growth_tracker = growth_tracker_.ref();
   args.found_inf = found_inf.ref();
+  args.step_counts = step_counts_.ref();
   args.growth_factor = options_.growth_factor;
   args.backoff_factor = options_.backoff_factor;
   args.growth_interval = options_.growth_interval;
   kernels(scale_).update_scale(args);
   per_optimizer_.clear();
 
-  if (options_.min_scale || options_.max_scale) {
-    const double s = get_scale();
-    const double clamped = std::min(std::max(s, options_.min_scale.value_or(s)), options_.max_scale.value_or(s));
-    if (clamped != s) kernels(scale_).fill(scale_.ref(), clamped);
-  }
-  // Collapse: read the scale only after a skip (rare), so clean steps stay free of host reads.
-  if (!warned_ && last_step_skipped_) {
-    const double s = get_scale();
-    if (consecutive_skips_ >= options_.warn_after_consecutive_skips || s < 1.0) {
-      warned_ = true;
-      std::ostringstream msg;
-      msg << "GradScaler: " << consecutive_skips_ << " steps in a row were skipped for inf/NaN gradients and "
-          << "the scale is now " << s << ". The gradients overflow even without scaling: lower the learning "
-          << "rate, clip gradients (scaler.clip_grad_norm_), or check the data for inf/NaN.";
-      warn(msg.str());
-    }
+  if (options_.min_scale || options_.max_scale) {  // on the device: no read of the scale
+    NoGradGuard no_grad;
+    scale_.clamp_(options_.min_scale, options_.max_scale);
   }
 }
 
@@ -155,7 +154,10 @@ Tensor GradScaler::clip_grad_norm_(optim::Optimizer& opt, double max_norm) {
 
 double GradScaler::get_scale() const {
   if (!options_.enabled) return 1.0;
-  return scale_.defined() ? scale_.item<float>() : options_.init_scale;
+  if (!scale_.defined()) return options_.init_scale;
+  const double scale = scale_.item<float>();
+  if (!warned_ && step_counts_.defined()) warn_if_collapsed(step_counts_.to_vector<int64_t>()[2], scale);
+  return scale;
 }
 
 int64_t GradScaler::get_growth_tracker() const {
@@ -185,6 +187,7 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
   const Device device = scale_.defined() ? scale_.device() : Device::cpu();
   scale_ = full({}, state.at("scale"), DType::F32, device);
   growth_tracker_ = full({}, state.at("_growth_tracker"), DType::I64, device);
+  if (!step_counts_.defined()) step_counts_ = zeros({3}, DType::I64, device);
 }
 
 }  // namespace demi::amp

@@ -43,8 +43,10 @@ class GradScaler {
   Tensor scale(const Tensor& loss);
   // Unscales opt's gradients in one fused pass that also records inf/NaN. Once per step.
   void unscale_(optim::Optimizer& opt);
-  // Unscales if needed, then steps opt unless its gradients held inf/NaN. Returns whether it stepped.
-  bool step(optim::Optimizer& opt);
+  // Unscales if needed, then steps opt unless its gradients held inf/NaN, decided on the device
+  // (Optimizer::step_unless): SGD and AdamW skip without the host reading found_inf, as PyTorch's
+  // fused optimizers do; last_step_skipped() reads it when asked.
+  void step(optim::Optimizer& opt);
   // Backs the scale off after a skipped step, or grows it after growth_interval clean ones.
   void update();
   // Sets the scale to new_scale.
@@ -58,11 +60,16 @@ class GradScaler {
   bool is_enabled() const { return options_.enabled; }
   const Options& options() const { return options_; }
 
-  // Beyond PyTorch: what happened to the steps.
-  bool last_step_skipped() const { return last_step_skipped_; }
-  int64_t steps_taken() const { return steps_taken_; }
-  int64_t steps_skipped() const { return steps_skipped_; }
-  int64_t consecutive_skips() const { return consecutive_skips_; }
+  // Beyond PyTorch: what happened to the steps, counted on the device by update() (one count per
+  // iteration). Each getter is a host read, as get_scale() is; they also warn once when the scale
+  // has collapsed (Options::warn_after_consecutive_skips).
+  bool last_step_skipped() const;
+  int64_t steps_taken() const { return step_count(0); }
+  int64_t steps_skipped() const { return step_count(1); }
+  int64_t consecutive_skips() const { return step_count(2); }
+  // found_inf of the last step(): 0-d F32 on the device, nonzero when it was skipped; undefined
+  // before the first step (and when disabled). Summed over the optimizers stepped since update().
+  Tensor last_found_inf() const { return last_found_inf_; }
 
   // PyTorch's keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker.
   std::map<std::string, double> state_dict() const;
@@ -76,15 +83,16 @@ class GradScaler {
     std::vector<Tensor> unscaled;   // where unscale_ wrote the true gradients
   };
   void lazy_init(const Device& device);
-  void record_step(bool skipped);
+  int64_t step_count(int which) const;  // 0 taken, 1 skipped, 2 skipped in a row
+  void warn_if_collapsed(int64_t consecutive, double scale) const;
 
   Options options_;
   Tensor scale_;           // 0-d F32, created on the first scale() on the loss's device
   Tensor growth_tracker_;  // 0-d I64
+  Tensor step_counts_;     // 3 I64: taken, skipped, skipped in a row (ScaleUpdateArgs)
   std::unordered_map<const optim::Optimizer*, OptimizerState> per_optimizer_;
-  bool last_step_skipped_ = false;
-  int64_t steps_taken_ = 0, steps_skipped_ = 0, consecutive_skips_ = 0;
-  bool warned_ = false;
+  Tensor last_found_inf_;
+  mutable bool warned_ = false;
 };
 
 }  // namespace demi::amp

@@ -1,8 +1,6 @@
 // clip_grad_norm_: global L2 norm in fp32 (half gradients are squared after widening, so the sum
-// cannot overflow), then one in-place scale per gradient when the norm exceeds max_norm.
+// cannot overflow), then every gradient times min(max_norm / (norm + 1e-6), 1), all on the device.
 #include "framework/nn/clip_grad.h"
-
-#include <cmath>
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/ops.h"
@@ -21,11 +19,17 @@ Tensor clip_gradients_(const std::vector<Tensor>& grads, double max_norm) {
     total_sq = total_sq.defined() ? total_sq + sq.to(total_sq.device()) : sq;
   }
   const Tensor norm = sqrt(total_sq);
-  const double total = norm.item<float>();
-  const double coef = max_norm / (total + 1e-6);
-  // A non-finite norm is left for the GradScaler to skip; scaling by 0 or NaN would hide it.
-  if (std::isfinite(total) && coef < 1.0) {
-    for (const Tensor& g : grads) g.mul_(coef);
+  // On the device, as PyTorch since 1.13: min(max_norm / (norm + 1e-6), 1), no host read. A
+  // non-finite norm leaves the gradients as they are (factor 1) for the GradScaler to skip:
+  // scaling by 0 or NaN would hide it.
+  const Tensor coef = clamp(pow(norm + 1e-6, -1.0) * max_norm, std::nullopt, 1.0);
+  const Tensor finite = eq(norm - norm, 0.0);
+  const Tensor factor = where(finite, coef, 1.0);
+  for (const Tensor& g : grads) {
+    const Tensor f = factor.to(g.device());
+    // A half gradient is multiplied in fp32 and rounded once (mul_ would round the factor first).
+    if (is_half(g.dtype())) g.copy_(g.to(DType::F32) * f);
+    else g.mul_(f);
   }
   return norm;
 }

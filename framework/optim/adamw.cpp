@@ -18,7 +18,7 @@ void AdamW::add_param_group(const std::vector<Tensor>& params, const Options& o)
   state_.emplace_back(params.size());
 }
 
-void AdamW::step() {
+void AdamW::step_unless(const Tensor& found_inf) {
   NoGradGuard no_grad;
   for_each_gradient([&](size_t g, size_t i, const Slot& slot, const Tensor& grad) {
     const Options& o = options_[g];
@@ -29,9 +29,12 @@ void AdamW::step() {
       s.exp_avg_sq = zeros(slot.param.shape(), dtype, slot.param.device());
       s.exp_avg.set_memory_category(MemoryCategory::OptimizerState);
       s.exp_avg_sq.set_memory_category(MemoryCategory::OptimizerState);
+      s.step = zeros({}, DType::I64, slot.param.device());
     }
-    ++s.step;
+    check_found_inf(found_inf, slot.param);
     backend::AdamWArgs args;
+    if (found_inf.defined()) args.found_inf = found_inf.ref();
+    args.step_count = s.step.ref();
     args.param = slot.param.ref();
     args.grad = grad.ref();
     args.exp_avg = s.exp_avg.ref();
@@ -42,7 +45,6 @@ void AdamW::step() {
     args.beta2 = o.beta2;
     args.eps = o.eps;
     args.weight_decay = o.weight_decay;
-    args.step = s.step;
     args.rounding = write_rounding(g, i, o.rounding, o.rounding_seed);
     kernels(slot.param).adamw_step(args);
   });
@@ -51,21 +53,23 @@ void AdamW::step() {
 std::vector<std::pair<std::string, Tensor>> AdamW::slot_state(size_t g, size_t i) const {
   const State& s = state_[g][i];
   if (!s.exp_avg.defined()) return {};
-  return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}, {"step", full({}, static_cast<double>(s.step), DType::I64)}};
+  return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}, {"step", s.step}};
 }
 
 void AdamW::load_slot_state(size_t g, size_t i, std::map<std::string, Tensor>& named) {
   const Slot& slot = slots_[g][i];
   const DType dtype = slot.param.dtype() == DType::F64 ? DType::F64 : DType::F32;
   const bool has_step = named.count("step") > 0;
-  const int64_t step = has_step ? named.at("step").item<int64_t>() : 0;
+  const Tensor step = has_step ? named.at("step") : Tensor();
   named.erase("step");
   Tensor m = take_state(named, "exp_avg", slot, dtype);
   Tensor v = take_state(named, "exp_avg_sq", slot, dtype);
   if (!m.defined() && !v.defined() && !has_step) return;
   DEMI_CHECK(m.defined() && v.defined() && has_step, "AdamW::load_state_dict: parameter ", state_key(g, i),
              " needs exp_avg, exp_avg_sq and step together");
-  state_[g][i] = State{m, v, step};
+  DEMI_CHECK(step.numel() == 1, "AdamW::load_state_dict: parameter ", state_key(g, i), "'s step must be one number, got ",
+             step.shape());
+  state_[g][i] = State{m, v, step.to(DType::I64).to(slot.param.device()).reshape({}).clone()};
 }
 
 }  // namespace demi::optim

@@ -30,7 +30,9 @@ class AdamW : public Optimizer {
   template <typename Lr, typename = std::enable_if_t<std::is_arithmetic_v<Lr>>>
   AdamW(const std::vector<Tensor>& params, Lr lr) : AdamW(params, with_lr(static_cast<double>(lr))) {}
   void add_param_group(const std::vector<Tensor>& params, const Options& options);
-  void step() override;
+  void step() override { step_unless(Tensor()); }
+  void step_unless(const Tensor& found_inf) override;
+  bool skips_on_device() const override { return true; }
   double lr(size_t group) const override { return options_.at(group).lr; }
   void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
   // beta1, as PyTorch's OneCycleLR cycles betas[0].
@@ -52,7 +54,7 @@ class AdamW : public Optimizer {
 
   struct State {
     Tensor exp_avg, exp_avg_sq;
-    int64_t step = 0;
+    Tensor step;  // 0-d int64 on the parameter's device: steps taken (the kernel counts them)
   };
   std::vector<Options> options_;
   std::vector<std::vector<State>> state_;

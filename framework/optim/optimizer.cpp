@@ -35,6 +35,18 @@ void Optimizer::set_momentum(size_t, double) {
   DEMI_THROW("this optimizer has no momentum (nor AdamW's beta1) for a schedule to cycle");
 }
 
+void Optimizer::step_unless(const Tensor& found_inf) {
+  if (found_inf.item<float>() == 0.0f) step();
+}
+
+void Optimizer::check_found_inf(const Tensor& found_inf, const Tensor& param) {
+  if (!found_inf.defined()) return;
+  DEMI_CHECK(found_inf.numel() == 1 && found_inf.dtype() == DType::F32, "step_unless: found_inf must be a "
+             "one-element float32 tensor (GradScaler's), got ", found_inf.dtype(), " ", found_inf.shape());
+  DEMI_CHECK(found_inf.device() == param.device(), "step_unless: found_inf is on ", found_inf.device(),
+             " but a parameter is on ", param.device(), "; the flag must live where the parameters do");
+}
+
 void Optimizer::zero_grad() {
   for (const auto& group : slots_) {
     for (const Slot& s : group) s.param.set_grad(Tensor());

@@ -27,6 +27,13 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Applies one update to every parameter that has a gradient.
   virtual void step() = 0;
+  // step(), unless found_inf (a one-element float32 tensor on the parameters' device, GradScaler's)
+  // is nonzero. SGD and AdamW decide it on the device, as PyTorch's fused optimizers take
+  // found_inf: the host never reads the flag, so a GPU step need not wait for its kernels. Other
+  // optimizers read it (one host read) and call step(). GradScaler::step calls this.
+  virtual void step_unless(const Tensor& found_inf);
+  // Whether step_unless decides on the device.
+  virtual bool skips_on_device() const { return false; }
   // Drops every gradient (set_to_none, PyTorch's default since 2.0).
   void zero_grad();
   // Every parameter of every group, in order.
@@ -84,6 +91,8 @@ class Optimizer {
       }
     }
   }
+  // Throws unless found_inf (when defined) is a one-element F32 on param's device.
+  static void check_found_inf(const Tensor& found_inf, const Tensor& param);
   // The key prefix of slot i of group g in state dicts: "<g>.<i>.".
   static std::string state_key(size_t group, size_t index);
   // The named state tensors of slot i of group g (momentum_buffer; exp_avg, exp_avg_sq, step ...),

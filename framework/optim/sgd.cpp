@@ -14,11 +14,13 @@ void SGD::add_param_group(const std::vector<Tensor>& params, const Options& o) {
   momentum_.add_group(params.size());
 }
 
-void SGD::step() {
+void SGD::step_unless(const Tensor& found_inf) {
   NoGradGuard no_grad;
   for_each_gradient([&](size_t g, size_t i, const Slot& slot, const Tensor& grad) {
     const Options& o = options_[g];
-    sgd_update(o, slot.param, slot.master, grad, momentum_, g, i, write_rounding(g, i, o.rounding, o.rounding_seed));
+    check_found_inf(found_inf, slot.param);
+    sgd_update(o, slot.param, slot.master, grad, momentum_, g, i, write_rounding(g, i, o.rounding, o.rounding_seed),
+               found_inf);
   });
 }
 

@@ -23,7 +23,9 @@ class SGD : public Optimizer {
   template <typename Lr, typename = std::enable_if_t<std::is_arithmetic_v<Lr>>>
   SGD(const std::vector<Tensor>& params, Lr lr) : SGD(params, with_lr(static_cast<double>(lr))) {}
   void add_param_group(const std::vector<Tensor>& params, const Options& options);
-  void step() override;
+  void step() override { step_unless(Tensor()); }
+  void step_unless(const Tensor& found_inf) override;
+  bool skips_on_device() const override { return true; }
   double lr(size_t group) const override { return options_.at(group).lr; }
   void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
   bool has_momentum() const override { return true; }

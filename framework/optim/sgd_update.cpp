@@ -35,8 +35,10 @@ void MomentumBuffers::restore(size_t g, size_t i, const Tensor& buffer) {
 }
 
 void sgd_update(const SgdOptions& o, const Tensor& param, const Tensor& master, const Tensor& grad,
-                MomentumBuffers& momentum, size_t g, size_t i, const backend::WriteRounding& rounding) {
+                MomentumBuffers& momentum, size_t g, size_t i, const backend::WriteRounding& rounding,
+                const Tensor& found_inf) {
   backend::SgdArgs args;
+  if (found_inf.defined()) args.found_inf = found_inf.ref();
   args.param = param.ref();
   args.grad = grad.ref();
   if (master.defined()) args.master = master.ref();

@@ -1,16 +1,25 @@
 // TrainStep::run: the order of the AMP step, in one place.
 #include "framework/training/train_step.h"
 
-#include <cmath>
 #include <optional>
 
 #include "framework/amp/autocast.h"
+#include "framework/autograd/grad_mode.h"
 #include "framework/autograd/profiler.h"
 #include "framework/dist/distributed_data_parallel.h"
 #include "framework/tensor/factories.h"
 #include "framework/ops/ops.h"
 
 namespace demi::training {
+
+namespace {
+// 1 where x is inf or NaN, else 0, as float32 on x's device: x - x is 0 exactly for finite x and
+// NaN otherwise, and NaN != 0.
+Tensor non_finite(const Tensor& x) {
+  const Tensor x32 = x.to(DType::F32);
+  return ne(x32 - x32, 0.0).to(DType::F32);
+}
+}  // namespace
 
 TrainStep::TrainStep(optim::Optimizer& optimizer, amp::GradScaler& scaler, const Options& options,
                      optim::LRScheduler* scheduler)
@@ -21,10 +30,8 @@ TrainStep::TrainStep(optim::Optimizer& optimizer, amp::GradScaler& scaler, const
   DEMI_CHECK(options.clip_grad_norm >= 0.0, "TrainStep: clip_grad_norm must be >= 0, got ", options.clip_grad_norm);
 }
 
-bool TrainStep::any_rank(bool flag, const Device& device) {
-  const Tensor t = full({}, flag ? 1.0 : 0.0, DType::F32, device);
-  options_.ddp->process_group().all_reduce(t, dist::ReduceOp::Max);
-  return t.item<float>() != 0.0f;
+void TrainStep::any_rank(const Tensor& flag) {
+  options_.ddp->process_group().all_reduce(flag, dist::ReduceOp::Max);
 }
 
 TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
@@ -42,16 +49,12 @@ TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
       loss = loss_fn(i);
     }
     DEMI_CHECK(loss.defined() && loss.numel() == 1, "TrainStep: loss_fn must return a one-element loss");
-    const double value = loss.item<double>();
-    result.loss += value / options_.micro_batches;
-    bool non_finite = !std::isfinite(value);
-    if (options_.ddp && !scaler_.is_enabled()) non_finite = any_rank(non_finite, loss.device());  // all skip, or none
-    if (non_finite) {
-      result.non_finite_loss = true;
-      if (!scaler_.is_enabled()) {  // nothing would catch its gradients: do not take this step
-        if (scheduler_) scheduler_->step(optim::StepOutcome::Skipped);
-        return result;
-      }
+    {
+      NoGradGuard no_grad;  // the bookkeeping stays on the device, out of the graph
+      const Tensor value = loss.detach().to(DType::F32).reshape({}) / static_cast<double>(options_.micro_batches);
+      result.loss = result.loss.defined() ? result.loss + value : value;
+      const Tensor bad = non_finite(loss.detach());
+      result.non_finite_loss = result.non_finite_loss.defined() ? result.non_finite_loss + bad : bad;
     }
     // Backward outside autocast: its ops run in the dtypes the forward saved. Data parallel: only
     // the last micro-batch's backward synchronises (the sum of all of them).
@@ -62,14 +65,23 @@ TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
   if (probe_) probe_();
   if (options_.clip_grad_norm > 0.0) {
     profiler::Region region("clip_grad_norm");
-    result.grad_norm = scaler_.clip_grad_norm_(optimizer_, options_.clip_grad_norm).item<double>();
+    result.grad_norm = scaler_.clip_grad_norm_(optimizer_, options_.clip_grad_norm);
   }
   {
     profiler::Region region("optimizer step");  // with the scaler's unscale_ and update
-    result.stepped = scaler_.step(optimizer_);
-    scaler_.update();
+    if (scaler_.is_enabled()) {
+      // inf/NaN gradients (a non-finite loss gives them) make the scaler skip, on every rank.
+      scaler_.step(optimizer_);
+      scaler_.update();
+      result.skipped = scaler_.last_found_inf();
+    } else {
+      // Nothing else would catch a non-finite loss: skip on it, on every rank or on none.
+      result.skipped = result.non_finite_loss.clone();
+      if (options_.ddp) any_rank(result.skipped);
+      optimizer_.step_unless(result.skipped);
+    }
   }
-  if (scheduler_) scheduler_->step(result.stepped ? optim::StepOutcome::Taken : optim::StepOutcome::Skipped);
+  if (scheduler_) scheduler_->step();
   return result;
 }
 

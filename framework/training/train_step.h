@@ -2,7 +2,9 @@
 // zero_grad; per micro-batch, forward + loss under autocast and the scaled backward outside it;
 // unscale_; optional clipping of the true gradients; step (skipped on inf/NaN); update; scheduler.
 // A non-finite loss never reaches the weights: with the scaler its inf/NaN gradients make the
-// scaler skip the step (and count it); without one (fp32, bf16) the step is skipped here.
+// scaler skip the step (and count it); without one (fp32, bf16) the optimizer skips it here.
+// run() makes no host read (demi::host_reads()): every decision (skip, clip) is made on the
+// device and the results stay there until the caller reads them, at its logging steps.
 // It sits above amp/, optim/ and dist/ (it drives all three), so that none of them depends on another.
 #pragma once
 
@@ -30,14 +32,22 @@ class TrainStep {
     // micro-batch, and a non-finite loss on any rank skips the step on every rank.
     dist::DistributedDataParallel* ddp = nullptr;
   };
+  // 0-d float32 tensors on the device. The reading methods are host reads: call them at logging
+  // steps only, or a GPU waits for the step's kernels each time.
   struct Result {
-    double loss = 0.0;       // mean loss over the micro-batches (unscaled)
-    bool stepped = false;    // false when the scaler skipped the step, or the loss was not finite
-    bool non_finite_loss = false;  // a micro-batch's loss was inf/NaN (poisoned data, divergence)
-    double grad_norm = 0.0;  // before clipping; 0 when not clipping
+    Tensor loss;             // mean loss over the micro-batches (unscaled)
+    Tensor skipped;          // nonzero when the update was skipped (inf/NaN gradients or loss)
+    Tensor non_finite_loss;  // how many micro-batches had an inf/NaN loss (poisoned data, divergence)
+    Tensor grad_norm;        // before clipping; undefined when not clipping
+
+    double loss_value() const { return loss.item<double>(); }
+    bool stepped() const { return skipped.item<float>() == 0.0f; }
+    bool had_non_finite_loss() const { return non_finite_loss.item<float>() != 0.0f; }
+    double grad_norm_value() const { return grad_norm.defined() ? grad_norm.item<double>() : 0.0; }
   };
 
-  // scheduler (optional) is stepped once per run(), told whether the step was skipped.
+  // scheduler (optional) is stepped once per run(): iterations drive the schedule, skipped or not
+  // (GradScaler::steps_skipped() counts the skips).
   TrainStep(optim::Optimizer& optimizer, amp::GradScaler& scaler, const Options& options,
             optim::LRScheduler* scheduler = nullptr);
   // loss_fn(i) runs the forward pass of micro-batch i and returns its loss.
@@ -47,7 +57,7 @@ class TrainStep {
   void set_gradient_probe(std::function<void()> probe) { probe_ = std::move(probe); }
 
  private:
-  bool any_rank(bool flag, const Device& device);  // flag or'ed over the ranks of options_.ddp's group
+  void any_rank(const Tensor& flag);  // max of a 0-d flag over the ranks of options_.ddp's group, in place
 
   optim::Optimizer& optimizer_;
   amp::GradScaler& scaler_;

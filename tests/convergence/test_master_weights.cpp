@@ -59,7 +59,7 @@ MasterRun train(const data::Dataset& train_set, optim::MasterWeights masters,
   data::Batch batch;
   std::vector<double> losses;
   while (loader.next(batch)) {
-    losses.push_back(step.run([&](int) { return cross_entropy(net(batch.images.to(DType::F16)), batch.labels); }).loss);
+    losses.push_back(step.run([&](int) { return cross_entropy(net(batch.images.to(DType::F16)), batch.labels); }).loss_value());
   }
   MasterRun out;
   int64_t unchanged = 0, total = 0;

@@ -62,7 +62,7 @@ StallRun train(const data::Dataset& train_set, bool use_scaler) {
     data::Batch batch;
     while (loader.next(batch)) {
       const auto r = step.run([&](int) { return cross_entropy(net(batch.images), batch.labels) * kLossFactor; });
-      losses.push_back(r.loss / kLossFactor);
+      losses.push_back(r.loss_value() / kLossFactor);
     }
   }
   StallRun out;

@@ -53,9 +53,9 @@ TEST(SmallCnnAmp, TrainStepLowersTheLossInEachPrecision) {
     double first = 0, last = 0;
     for (int i = 0; i < 12; ++i) {
       const auto r = step.run([&](int) { return cross_entropy(net(x), y); });
-      if (i == 0) first = r.loss;
-      last = r.loss;
-      EXPECT_GT(r.grad_norm, 0.0);
+      if (i == 0) first = r.loss_value();
+      last = r.loss_value();
+      EXPECT_GT(r.grad_norm_value(), 0.0);
     }
     EXPECT_LT(last, 0.7 * first) << dtype_name(dtype) << ": first " << first << ", last " << last;
   }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/cuda_test_util.h"
@@ -216,6 +217,60 @@ TEST(CudaOptim, AdamWMatchesCpuOverSteps) {
       }
     }
   }
+}
+
+// A GradScaler's skip decided on the device: found_inf 1 leaves everything as it was, the AdamW step
+// count on the device included; the count and the bias corrections derived from it on the device
+// match the CPU's over a run with a skipped step in the middle.
+TEST(CudaOptim, FoundInfSkipsOnTheDeviceAndAdamWCountsItsStepsThere) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  const size_t n = 1031;
+  const std::vector<double> init = uniform(n, -1.0, 1.0, 3);
+  Mirror param(init, DType::BF16, 0), grad(uniform(n, -1.0, 1.0, 4), DType::BF16, 0);
+  Mirror master(decode(encode(init, DType::BF16), DType::BF16), DType::F32, 0);
+  Mirror exp_avg(std::vector<double>(n, 0.0), DType::F32, 0), exp_avg_sq(std::vector<double>(n, 0.0), DType::F32, 0);
+  Mirror momentum(std::vector<double>(n, 0.0), DType::F32, 0), sgd_param(init, DType::F32, 0);
+  Mirror step_count({0.0}, DType::I64, 0), found_inf({0.0}, DType::F32, 0);
+  const std::vector<double> flags = {0.0, 1.0, 0.0, 0.0};
+  for (size_t k = 0; k < flags.size(); ++k) {
+    const std::string at = "step " + std::to_string(k + 1) + (flags[k] != 0.0 ? " (skipped)" : "");
+    grad.set(uniform(n, -1.0, 1.0, 5 + static_cast<int>(k)));
+    found_inf.set({flags[k]});
+    const std::vector<double> param_before = param.gpu_values(), sgd_before = sgd_param.gpu_values();
+    AdamWArgs on_gpu, on_cpu;
+    for (auto [args, gpu_side] : {std::pair<AdamWArgs*, bool>{&on_gpu, true}, {&on_cpu, false}}) {
+      args->param = gpu_side ? param.gpu_ref() : param.cpu_ref();
+      args->grad = gpu_side ? grad.gpu_ref() : grad.cpu_ref();
+      args->exp_avg = gpu_side ? exp_avg.gpu_ref() : exp_avg.cpu_ref();
+      args->exp_avg_sq = gpu_side ? exp_avg_sq.gpu_ref() : exp_avg_sq.cpu_ref();
+      args->master = gpu_side ? master.gpu_ref() : master.cpu_ref();
+      args->found_inf = gpu_side ? found_inf.gpu_ref() : found_inf.cpu_ref();
+      args->step_count = gpu_side ? step_count.gpu_ref() : step_count.cpu_ref();
+      args->lr = 1e-2;
+    }
+    gpu().adamw_step(on_gpu);
+    cpu().adamw_step(on_cpu);
+    SgdArgs sgd;
+    sgd.param = sgd_param.gpu_ref();
+    sgd.grad = grad.gpu_ref();
+    sgd.momentum_buffer = momentum.gpu_ref();
+    sgd.found_inf = found_inf.gpu_ref();
+    sgd.lr = 0.1;
+    sgd.momentum = 0.9;
+    sgd.first_step = k == 0;
+    gpu().sgd_step(sgd);
+    EXPECT_EQ(step_count.gpu_values(), step_count.cpu_values()) << at;
+    expect_mirror_close(param, at + " param");
+    expect_mirror_close(master, at + " master");
+    expect_mirror_close(exp_avg_sq, at + " exp_avg_sq");
+    if (flags[k] != 0.0) {
+      EXPECT_EQ(param.gpu_values(), param_before) << at;
+      EXPECT_EQ(sgd_param.gpu_values(), sgd_before) << at;
+    } else {
+      EXPECT_NE(sgd_param.gpu_values(), sgd_before) << at;
+    }
+  }
+  EXPECT_EQ(step_count.gpu_values(), std::vector<double>{3.0});
 }
 
 TEST(CudaOptim, EmptyParamIsANoOp) {

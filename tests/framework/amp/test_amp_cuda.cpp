@@ -75,7 +75,8 @@ bool probe_step(Tensor& w, optim::SGD& opt, GradScaler& scaler) {
   opt.zero_grad();
   const Tensor loss = sum(w.to(DType::F16) * 2.0);
   scaler.scale(loss).backward();
-  const bool stepped = scaler.step(opt);
+  scaler.step(opt);
+  const bool stepped = !scaler.last_step_skipped();
   scaler.update();
   return stepped;
 }

@@ -51,19 +51,19 @@ void expect_poisoned_step_is_skipped(DType dtype, float poison) {
   const Tensor labels = tensor(std::vector<int64_t>{0, 1, 2, 3, 0, 1}, {6});
 
   const auto clean = step.run([&](int) { return cross_entropy(net.seq(batch_with(0.5f, net.gen)), labels); });
-  EXPECT_TRUE(clean.stepped);
-  EXPECT_FALSE(clean.non_finite_loss);
+  EXPECT_TRUE(clean.stepped());
+  EXPECT_FALSE(clean.had_non_finite_loss());
   const auto before = net.weights();
   const auto poisoned = step.run([&](int) { return cross_entropy(net.seq(batch_with(poison, net.gen)), labels); });
-  EXPECT_TRUE(poisoned.non_finite_loss);
-  EXPECT_FALSE(poisoned.stepped);
+  EXPECT_TRUE(poisoned.had_non_finite_loss());
+  EXPECT_FALSE(poisoned.stepped());
   EXPECT_EQ(net.weights(), before) << "the poisoned batch changed the weights";
   if (scaler.is_enabled()) {
     EXPECT_EQ(scaler.steps_skipped(), 1);
   }
   // Training goes on normally afterwards.
   const auto after = step.run([&](int) { return cross_entropy(net.seq(batch_with(0.5f, net.gen)), labels); });
-  EXPECT_TRUE(after.stepped);
+  EXPECT_TRUE(after.stepped());
   for (const auto& w : net.weights()) {
     for (float v : w) {
       ASSERT_TRUE(std::isfinite(v));

@@ -71,7 +71,7 @@ TEST(SteadyState, ThousandFp16StepsDoNotGrowMemory) {
   int stepped = 0;
   for (int i = 0; i < kSteps; ++i) {
     const Tensor x = randn({kBatch, 3, 8, 8}, gen);  // a fresh batch each step, as a loader gives
-    stepped += step.run([&](int) { return cross_entropy(net(x), labels); }).stepped;
+    stepped += step.run([&](int) { return cross_entropy(net(x), labels); }).stepped();
     if (i + 1 == kWarmup) warm = snapshot();
     if (i + 1 <= kWarmup) continue;
     const Snapshot now = snapshot();
