@@ -17,12 +17,22 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// One step as the loop needs it.
+// A step taken whose results are still on the device: the loop reads them in one go at the next
+// logging step (drain), so that the steps between make no host read.
+struct PendingStep {
+  training::TrainStep::Result r;
+  int64_t step = 0;   // progress_.step after it
+  int64_t batch = 0;  // batches done in the epoch after it
+  int64_t images = 0;  // over all ranks
+  Clock::time_point start;
+};
+
+// One step as the bookkeeping needs it, read from the device.
 struct StepResult {
   double loss = 0.0;  // the global batch's mean loss
   bool non_finite_loss = false;
   double grad_norm = 0.0;
-  int64_t images = 0;  // over all ranks
+  int64_t step = 0, batch = 0, images = 0;
   Clock::time_point start;
 };
 
@@ -47,8 +57,11 @@ class FitLoop {
   bool stop_requested() const;
   // Trains epoch `epoch` from where progress stands; false when stopped inside it.
   bool train_epoch(int epoch);
-  StepResult take_step(const data::Batch& batch);
-  void after_step(int epoch, EpochTotals& e, const StepResult& r);
+  PendingStep take_step(const data::Batch& batch);
+  // Reads the pending steps' results (one host read, one all-reduce when data parallel) and does
+  // their bookkeeping in order; also where the ranks agree on stopping.
+  void drain(int epoch, EpochTotals& e);
+  void after_step(int epoch, EpochTotals& e, const StepResult& r, double loss_scale, int64_t skipped_steps);
   void finish_epoch(int epoch, const EpochTotals& e);
   void checkpoint();
 
@@ -65,6 +78,7 @@ class FitLoop {
   const int first_epoch_;
   const int64_t resume_batches_;  // of first_epoch_, already trained before a Ctrl-C
   bool stop_agreed_ = false;      // data parallel: some rank was asked to stop
+  std::vector<PendingStep> pending_;
   FitResult result_;
 };
 
@@ -88,8 +102,8 @@ FitLoop::FitLoop(const TrainerConfig& c, const Environment& env, TrainingData& d
   train_step_.set_gradient_probe([this] { probe_.capture(); });
 }
 
-// Ctrl-C or --max-steps. Data parallel: the ranks agree after every step (a signal reaches them at
-// different instants).
+// Ctrl-C or --max-steps. Data parallel: the ranks agree at every logging step (a signal reaches
+// them at different instants).
 bool FitLoop::stop_requested() const {
   return stop_agreed_ || (!env_.group && g_stop_requested.load()) ||
          (c_.max_steps > 0 && progress_.step >= c_.max_steps);
@@ -118,12 +132,17 @@ bool FitLoop::train_epoch(int epoch) {
   for (; epoch == first_epoch_ && e.batch < resume_batches_ && loader.next(batch); ++e.batch) {
   }
   e.first_batch = e.batch;
+  int64_t batches = e.batch;  // taken; e.batch counts those whose results were read (drain)
   while (!stop_requested() && loader.next(batch)) {
-    probe_.arm(e.batch == parts_.steps.per_epoch - 1);  // the epoch record's underflow: its last step
-    const StepResult r = take_step(batch);
-    ++e.batch;
-    after_step(epoch, e, r);
+    probe_.arm(batches == parts_.steps.per_epoch - 1);  // the epoch record's underflow: its last step
+    PendingStep p = take_step(batch);
+    p.batch = ++batches;
+    pending_.push_back(std::move(p));
+    const bool last = pending_.back().batch == parts_.steps.per_epoch;
+    const bool stopping = (!env_.group && g_stop_requested.load()) || (c_.max_steps > 0 && progress_.step >= c_.max_steps);
+    if (progress_.step % log_.every() == 0 || last || stopping) drain(epoch, e);
   }
+  drain(epoch, e);
   console_.end_of_epoch_progress();
   if (stop_requested() && e.batch < parts_.steps.per_epoch) {
     console_.stopped(progress_.step, epoch, e.batch, c_.out_dir);
@@ -134,26 +153,18 @@ bool FitLoop::train_epoch(int epoch) {
 }
 
 // One optimizer step on `batch` (split into --accum micro-batches), then what follows every step:
-// the ranks agree on the loss and on stopping, a fixed loss scale is set back, lookahead moves.
-StepResult FitLoop::take_step(const data::Batch& batch) {
-  StepResult result;
+// a fixed loss scale is set back, lookahead moves. Nothing is read from the device.
+PendingStep FitLoop::take_step(const data::Batch& batch) {
+  PendingStep result;
   result.start = Clock::now();
   const Tensor images = batch.images.to(env_.device), labels = batch.labels.to(env_.device);
   const int64_t micro = images.size(0) / c_.accum;
   nn::Module& net = parts_.net();
-  training::TrainStep::Result r = train_step_.run([&](int i) {
+  result.r = train_step_.run([&](int i) {
     const Tensor x = c_.accum == 1 ? images : images.slice(i * micro, (i + 1) * micro);
     const Tensor y = c_.accum == 1 ? labels : labels.slice(i * micro, (i + 1) * micro);
     return cross_entropy(net(x), y, {c_.label_smoothing});
   });
-  double loss = r.loss_value();
-  if (env_.group) {  // the global batch's mean loss, and whether any rank was asked to stop
-    const Tensor shared = tensor(std::vector<double>{loss / env_.world, g_stop_requested ? 1.0 : 0.0}, {2});
-    env_.group->all_reduce(shared);
-    const std::vector<double> values = shared.to_vector<double>();
-    loss = values[0];
-    stop_agreed_ = values[1] > 0.0;
-  }
   if (c_.loss_scale.kind == LossScale::Kind::Fixed) parts_.scaler->update(c_.loss_scale.value);
   ++progress_.step;
   if (parts_.lookahead) {
@@ -161,16 +172,54 @@ StepResult FitLoop::take_step(const data::Batch& batch) {
       parts_.lookahead->update(*decay);
     }
   }
-  result.loss = loss;
-  result.non_finite_loss = r.had_non_finite_loss();
-  result.grad_norm = r.grad_norm_value();
+  result.step = progress_.step;
   result.images = images.size(0) * env_.world;
   return result;
 }
 
-// The step's bookkeeping: the non-finite guard, the epoch's totals, metrics and the progress line.
-void FitLoop::after_step(int epoch, EpochTotals& e, const StepResult& r) {
-  const int64_t step = progress_.step;
+void FitLoop::drain(int epoch, EpochTotals& e) {
+  if (pending_.empty()) return;
+  const size_t k = pending_.size();
+  std::vector<Tensor> parts;  // [loss..., non-finite..., grad norm...]: one tensor, one read
+  for (const PendingStep& p : pending_) parts.push_back(p.r.loss.reshape({1}));
+  for (const PendingStep& p : pending_) parts.push_back(p.r.non_finite_loss.reshape({1}));
+  for (const PendingStep& p : pending_) {
+    parts.push_back(p.r.grad_norm.defined() ? p.r.grad_norm.to(DType::F32).reshape({1}) : zeros({1}, DType::F32, env_.device));
+  }
+  std::vector<double> values = cat(parts, 0).to_vector<double>();
+  if (env_.group) {  // the global batch's mean losses, and whether any rank was asked to stop
+    std::vector<double> shared(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k));
+    for (double& v : shared) v /= env_.world;
+    shared.push_back(g_stop_requested ? 1.0 : 0.0);
+    const Tensor t = tensor(shared, {static_cast<int64_t>(shared.size())});
+    env_.group->all_reduce(t);
+    shared = t.to_vector<double>();
+    std::copy(shared.begin(), shared.begin() + static_cast<std::ptrdiff_t>(k), values.begin());
+    stop_agreed_ = shared.back() > 0.0;
+  }
+  const amp::GradScaler& scaler = *parts_.scaler;
+  const double loss_scale = scaler.get_scale();
+  const int64_t skipped_steps = scaler.steps_skipped();
+  for (size_t i = 0; i < k; ++i) {
+    const PendingStep& p = pending_[i];
+    StepResult r;
+    r.loss = values[i];
+    r.non_finite_loss = values[k + i] != 0.0;
+    r.grad_norm = values[2 * k + i];
+    r.step = p.step;
+    r.batch = p.batch;
+    r.images = p.images;
+    r.start = p.start;
+    after_step(epoch, e, r, loss_scale, skipped_steps);
+  }
+  pending_.clear();
+}
+
+// A step's bookkeeping, at the drain that read it: the non-finite guard, the epoch's totals, metrics
+// and the progress line. loss_scale and skipped_steps are the scaler's at the drain (the last step).
+void FitLoop::after_step(int epoch, EpochTotals& e, const StepResult& r, double loss_scale, int64_t skipped_steps) {
+  const int64_t step = r.step;
+  e.batch = r.batch;
   if (r.non_finite_loss) {  // poisoned data or divergence: the update was skipped (by the scaler or TrainStep)
     if (env_.main_rank()) {
       warn("epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(e.batch) + " (step " +
@@ -186,13 +235,12 @@ void FitLoop::after_step(int epoch, EpochTotals& e, const StepResult& r) {
   e.images += r.images;
   result_.images_seen += r.images;
   const double ips = static_cast<double>(e.images) / seconds_since(e.start);
-  const amp::GradScaler& scaler = *parts_.scaler;
-  log_.step({step, epoch, r.loss, !r.non_finite_loss, parts_.optimizer->lr(0), scaler.get_scale(),
-             scaler.steps_skipped(), r.grad_norm, ips, 1000.0 * seconds_since(r.start)});
+  log_.step({step, epoch, r.loss, !r.non_finite_loss, parts_.optimizer->lr(0), loss_scale, skipped_steps,
+             r.grad_norm, ips, 1000.0 * seconds_since(r.start)});
   progress_.batches_done_in_epoch = e.batch;
   const double eta = static_cast<double>(parts_.steps.per_epoch - e.batch) * seconds_since(e.start) /
                      static_cast<double>(e.batch - e.first_batch);
-  console_.progress({epoch, c_.epochs, e.batch, parts_.steps.per_epoch, e.mean_loss(), ips, scaler.get_scale(), eta},
+  console_.progress({epoch, c_.epochs, e.batch, parts_.steps.per_epoch, e.mean_loss(), ips, loss_scale, eta},
                     log_.every());
 }
 

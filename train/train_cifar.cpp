@@ -122,8 +122,9 @@ void add_run_options(CLI::App& app, TrainerConfig& c, Command& command) {
       ->check(cli::positive())->capture_default_str();
   app.add_option("--max-steps", c.max_steps, "stop after this many steps in all, with a checkpoint (0: no limit)")
       ->check(cli::non_negative())->capture_default_str();
-  app.add_option("--log-every", c.log_every, "steps between metrics.jsonl records and plain progress lines "
-                 "(0: about 100 records a run, at most every 50 steps)")
+  app.add_option("--log-every", c.log_every, "steps between metrics.jsonl records and plain progress lines, "
+                 "where the loop reads the steps' losses from the device (0: about 100 records a run, at "
+                 "most every 50 steps)")
       ->check(cli::non_negative())->capture_default_str();
 }
 
