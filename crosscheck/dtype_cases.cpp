@@ -103,24 +103,22 @@ void tensor_op_cases(const CaseList& add, const Shape& r) {
 // beside it (torch's mixed layer_norm), weight only, neither, and rows of mean 1e4 (100 in the half
 // types) and deviation 1, where E[x^2] - E[x]^2, or folding the mean into a bias, loses the digits
 // that matter.
-void layer_norm_cases(std::vector<Case>& c) {
-  auto add = [&c](std::string name, Input x, Shape norm, int params, bool fp32_params, double eps) {
+void layer_norm_cases(const CaseList& add) {
+  auto ln = [&add](std::string name, Input x, Shape norm, int params, bool fp32_params, double eps) {
     std::vector<Input> in = {std::move(x)};
     for (int i = 0; i < params; ++i) in.push_back(fp32_params ? fp32_param(norm) : normal(norm));
-    const json p = {{"normalized_shape", norm}, {"eps", eps}};
-    c.push_back({std::move(name), "layer_norm", p, std::move(in), one([=](auto& t) {
-                   const Tensor w = params > 0 ? t[1] : Tensor(), b = params > 1 ? t[2] : Tensor();
-                   return layer_norm(t[0], norm, w, b, eps);
-                 }),
-                 true});
+    add(std::move(name), "layer_norm", {{"normalized_shape", norm}, {"eps", eps}}, std::move(in), one([=](auto& t) {
+          const Tensor w = params > 0 ? t[1] : Tensor(), b = params > 1 ? t[2] : Tensor();
+          return layer_norm(t[0], norm, w, b, eps);
+        }));
   };
-  add("layer_norm", normal({16, 3, 37}), {37}, 2, false, 1e-5);
-  add("layer_norm_fp32_params", normal({16, 3, 37}), {37}, 2, true, 1e-5);
-  add("layer_norm_cct", normal({4, 64, 128}), {128}, 2, true, 1e-5);
-  add("layer_norm_two_dims", normal({4, 6, 10}), {6, 10}, 2, false, 1e-3);
-  add("layer_norm_weight_only", normal({9, 33}), {33}, 1, false, 1e-5);
-  add("layer_norm_no_affine", normal({9, 256}), {256}, 0, false, 1e-5);
-  add("layer_norm_large_mean", {{8, 256}, Draw::LargeMean}, {256}, 2, true, 1e-5);
+  ln("layer_norm", normal({16, 3, 37}), {37}, 2, false, 1e-5);
+  ln("layer_norm_fp32_params", normal({16, 3, 37}), {37}, 2, true, 1e-5);
+  ln("layer_norm_cct", normal({4, 64, 128}), {128}, 2, true, 1e-5);
+  ln("layer_norm_two_dims", normal({4, 6, 10}), {6, 10}, 2, false, 1e-3);
+  ln("layer_norm_weight_only", normal({9, 33}), {33}, 1, false, 1e-5);
+  ln("layer_norm_no_affine", normal({9, 256}), {256}, 0, false, 1e-5);
+  ln("layer_norm_large_mean", {{8, 256}, Draw::LargeMean}, {256}, 2, true, 1e-5);
 }
 
 // Element-wise: 67 x 37 (vector bodies and tails), broadcasting, the specials against each other,
@@ -379,7 +377,7 @@ std::vector<Case> dtype_cases() {
   dropout_embedding_cases(add);
   tensor_op_cases(add, kReductionShape);
   attention_cases(add);
-  layer_norm_cases(c);
+  layer_norm_cases(add);
   return c;
 }
 
