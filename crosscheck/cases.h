@@ -19,7 +19,9 @@ using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
 // How an input's values are drawn: in fp32, then rounded to the case's dtype, so that both
 // frameworks see the same values.
-enum class Draw { Normal, Positive, AwayFromZero, Special, SpecialShifted, Ties, Labels, DropoutKeep, LargeMean };
+// Draw::Mask: a uint8 attention mask, 1 (blocked) or 0 at random, but 0 at the first entry of every
+// row of the last dim, so that no query is left without a key however the masks combine.
+enum class Draw { Normal, Positive, AwayFromZero, Special, SpecialShifted, Ties, Labels, DropoutKeep, LargeMean, Mask };
 
 // Dropout's training rows: demi's mask for p = kDropoutP under Generator(kDropoutSeed), 1 where kept,
 // is an input too (Draw::DropoutKeep), which PyTorch applies: its own RNG would draw another mask.
@@ -32,6 +34,7 @@ struct Input {
   bool grad = true;     // its gradient is compared
   bool fp32 = false;    // fp32 whatever the case's dtype (batch norm's parameters and statistics)
   int64_t classes = 0;  // Draw::Labels: values in [0, classes)
+  double scale = 1.0;   // Draw::Normal: the values times scale (before the rounding to the dtype)
 };
 
 struct Case {
@@ -59,6 +62,12 @@ inline Input away(Shape s) { return {std::move(s), Draw::AwayFromZero}; }
 inline Input special(Shape s, Draw d = Draw::Special) { return {std::move(s), d}; }
 inline Input ties(Shape s) { return {std::move(s), Draw::Ties}; }
 inline Input labels(Shape s, int64_t classes) { return {std::move(s), Draw::Labels, false, false, classes}; }
+inline Input scaled(Shape s, double scale) {
+  Input in{std::move(s)};
+  in.scale = scale;
+  return in;
+}
+inline Input mask(Shape s) { return {std::move(s), Draw::Mask, false}; }
 inline Input fp32_param(Shape s) { return {std::move(s), Draw::Normal, true, true}; }
 inline Input fp32_state(Shape s, Draw d) { return {std::move(s), d, false, true}; }
 inline Input no_grad(Input in) {
@@ -73,5 +82,7 @@ inline Fn one(std::function<Tensor(const std::vector<Tensor>&)> f) {
 
 // The cases run with inputs in fp32, bf16 and fp16 (dtype_cases.cpp).
 std::vector<Case> dtype_cases();
+// Among them, nn::MultiheadAttention and nn::TransformerEncoderLayer with torch's masks (module_cases.cpp).
+void module_cases(const CaseList& add);
 
 }  // namespace demi::crosscheck

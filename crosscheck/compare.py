@@ -16,7 +16,8 @@ reference), and compares demi's outputs and input gradients with both:
   raised         one side raised an error and the other did not
 
 Errors are relative per element, against float64, with a floor of 1e-3 of the tensor's largest
-magnitude so that values near zero do not dominate. Prints the rows that are not ok, but for
+magnitude so that values near zero do not dominate; a module's or a whole net's tensors norm-wise.
+Prints the rows that are not ok, but for
 intended differences and the signs of zero gradients (all with --all), and a count per verdict;
 exits 1 when any case differs, raised or mismatched.
 
@@ -46,9 +47,11 @@ INTENDED = {("cross_entropy", "dtype"): "losses are fp32 (docs/pytorch.md)",
 CUDA_FP32_LIST = {"exp", "log", "pow", "sum", "mean", "softmax", "log_softmax", "layer_norm"}
 
 
-def intended(mode, op, verdict):
+def intended(mode, op, params, verdict):
     """Why a verdict is an intended difference, or None."""
-    if mode.endswith("_half_inputs") and op in CUDA_FP32_LIST and verdict == "dtype":
+    # A post-norm encoder layer's output is layer_norm's.
+    ends_in_layer_norm = op == "transformer_encoder_layer" and not params["norm_first"]
+    if mode.endswith("_half_inputs") and (op in CUDA_FP32_LIST or ends_in_layer_norm) and verdict == "dtype":
         return "autocast runs it in fp32, PyTorch's CUDA list, on the CPU too (docs/pytorch.md)"
     return INTENDED.get((op, verdict))
 
@@ -225,6 +228,61 @@ def scaled_dot_product_attention(x, p):
     return [F.scaled_dot_product_attention(x[0], x[1], x[2], attn_mask=mask, is_causal=p["causal"])]
 
 
+def module_inputs(x, p):
+    """A module case's inputs (module_cases.cpp): its data and masks, then the module's parameters,
+    named by p["names"] (demi's state_dict names, which must be torch's)."""
+    n = len(p["names"])
+    return list(x[:-n]), dict(zip(p["names"], x[-n:]))
+
+
+def attention_masks(data, p, length):
+    """Takes key_padding_mask and attn_mask off data (module_cases.cpp's order) in torch's form: bool
+    where demi's uint8 is 1. is_causal alone gets the causal mask beside it, which torch requires as
+    the hint's companion (and drops again unless a key_padding_mask needs it merged)."""
+    key_padding = data.pop(0).bool() if p["key_padding_mask"] else None
+    attn = data.pop(0) if p["attn_mask"] != "none" else None
+    if p["attn_mask"] == "bool":
+        attn = attn.bool()
+    if p["is_causal"] and attn is None:
+        attn = torch.ones(length, length, dtype=torch.bool).triu(1)
+    return key_padding, attn
+
+
+def call_module(module, state, args, kwargs):
+    """module's forward with state as its parameters; a bool key_padding_mask beside an additive
+    attn_mask is merged as two additive masks, as demi does (torch warns that the mix is deprecated)."""
+    import torch.func
+    import warnings
+    if set(state) != set(module.state_dict()):
+        raise ValueError(f"parameters demi {sorted(state)} torch {sorted(module.state_dict())}")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Support for mismatched")
+        return torch.func.functional_call(module, state, args, kwargs, strict=True)
+
+
+def multihead_attention(x, p):
+    data, state = module_inputs(x, p)
+    q = data.pop(0)
+    k, v = (q, q) if p["self_attention"] else (data.pop(0), data.pop(0))
+    key_padding, attn = attention_masks(data, p, q.shape[1 if p["batch_first"] else 0])
+    mha = torch.nn.MultiheadAttention(p["embed_dim"], p["num_heads"], bias=p["bias"], batch_first=p["batch_first"],
+                                      dtype=state["in_proj_weight"].dtype)
+    kwargs = {"key_padding_mask": key_padding, "attn_mask": attn, "need_weights": False, "is_causal": p["is_causal"]}
+    return [call_module(mha, state, (q, k, v), kwargs)[0]]
+
+
+def transformer_encoder_layer(x, p):
+    data, state = module_inputs(x, p)
+    src = data.pop(0)
+    key_padding, attn = attention_masks(data, p, src.shape[1 if p["batch_first"] else 0])
+    layer = torch.nn.TransformerEncoderLayer(p["d_model"], p["nhead"], p["dim_feedforward"], dropout=0.0,
+                                             activation=p["activation"], layer_norm_eps=p["layer_norm_eps"],
+                                             batch_first=p["batch_first"], norm_first=p["norm_first"],
+                                             dtype=state["self_attn.in_proj_weight"].dtype)
+    kwargs = {"src_mask": attn, "src_key_padding_mask": key_padding, "is_causal": p["is_causal"]}
+    return [call_module(layer, state, (src,), kwargs)]
+
+
 # op name -> f(inputs, params) -> list of outputs (the first differentiated)
 OPS = {
     "add": lambda x, p: [x[0] + x[1]],
@@ -293,7 +351,11 @@ OPS = {
     "expand": lambda x, p: [x[0].expand(p["shape"])],
     "scaled_dot_product_attention": scaled_dot_product_attention,
     "layer_norm": layer_norm,
+    "multihead_attention": multihead_attention,
+    "transformer_encoder_layer": transformer_encoder_layer,
 }
+# The ops of several layers: their tensors are judged norm-wise (main).
+NORMWISE_OPS = {"model", "multihead_attention", "transformer_encoder_layer"}
 # Cases whose inputs are scaled before the op (crosscheck_ops.cpp does the same).
 PRE_SCALE = {"softmax_large_logits": 1000.0, "cross_entropy_confident": 100.0, "sdpa_large_logits": 30.0}
 
@@ -437,9 +499,10 @@ def main():
                     counts["differs"] = counts.get("differs", 0) + 1
                 continue
             compared.append((f"grad{i}", d, t, r))
-        # A whole net's tensors are judged norm-wise: per element, the rounding of many layers
-        # magnifies every value near zero, in PyTorch as in demi.
-        errors = normwise_error if case["op"] == "model" else relative_errors
+        # A whole net's tensors, and a module's, are judged norm-wise: per element, the rounding of
+        # many layers magnifies every value near zero, in PyTorch as in demi, and in half types a
+        # ReLU whose input rounds to the other side of zero moves a module's gradients by several %.
+        errors = normwise_error if case["op"] in NORMWISE_OPS else relative_errors
         if case["op"] == "model":
             names = model_names(case["params"]["names"], case["params"]["model"])
             rows.append((key, "names", "differs" if names else "ok", math.nan, math.nan,
@@ -447,7 +510,7 @@ def main():
             counts[rows[-1][2]] = counts.get(rows[-1][2], 0) + 1
         for what, d, t, r in compared:
             verdict, ed, et, note = judge(d, t, r, dtype, errors)
-            why = intended(mode, case["op"], verdict)
+            why = intended(mode, case["op"], case["params"], verdict)
             if why:
                 verdict, note = "intended", f"{note}: {why}"
             rows.append((key, what, verdict, ed, et, note))

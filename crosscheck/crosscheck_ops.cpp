@@ -1,4 +1,5 @@
-// crosscheck_ops: runs the ops of demi's functional API on seeded inputs (fp32, bf16, fp16, and fp32
+// crosscheck_ops: runs the ops of demi's functional API, and nn::MultiheadAttention and
+// nn::TransformerEncoderLayer (module_cases.cpp), on seeded inputs (fp32, bf16, fp16, and fp32
 // under bf16 / fp16 autocast), forward and backward, and writes the inputs, the upstream gradient,
 // the outputs and the input gradients to one safetensors file (and, in mode "optim", the
 // trajectories of SGD and AdamW, with and without OneCycle, and global-norm clipping; in the modes
@@ -45,7 +46,7 @@ Tensor draw_on_cpu(const Input& in, DType dtype, Generator& gen) {
   const DType t = in.fp32 ? DType::F32 : dtype;
   const int64_t n = shape_numel(in.shape);
   switch (in.draw) {
-    case Draw::Normal: return randn(in.shape, gen).to(t);
+    case Draw::Normal: return (in.scale == 1.0 ? randn(in.shape, gen) : randn(in.shape, gen) * in.scale).to(t);
     case Draw::Positive: return exp(randn(in.shape, gen) * 0.5).to(t);
     case Draw::AwayFromZero: {
       std::vector<float> v = randn(in.shape, gen).to_vector<float>();
@@ -73,6 +74,13 @@ Tensor draw_on_cpu(const Input& in, DType dtype, Generator& gen) {
     case Draw::DropoutKeep: {
       Generator keep(kDropoutSeed);
       return (dropout(ones(in.shape), kDropoutP, true, keep) != 0.0).to(t);
+    }
+    case Draw::Mask: {
+      const std::vector<float> u = rand(in.shape, gen).to_vector<float>();
+      const size_t row = static_cast<size_t>(in.shape.back());
+      std::vector<float> v(u.size());
+      for (size_t i = 0; i < u.size(); ++i) v[i] = i % row != 0 && u[i] >= 0.5f ? 1.0f : 0.0f;
+      return tensor(v, in.shape, DType::U8);
     }
     case Draw::LargeMean:  // N(1e4, 1), or N(100, 1) in half types: their spacing at 1e4 is 8 or 64
       return (randn(in.shape, gen) + (is_half(t) ? 100.0 : 1e4)).to(t);
@@ -208,7 +216,8 @@ std::vector<Case> autocast_cases() {
   const std::vector<std::string> ops = {"add", "mul", "exp", "log", "sqrt", "pow", "relu", "gelu", "sum", "mean",
                                         "matmul", "linear", "conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d",
                                         "batch_norm", "softmax", "log_softmax", "cross_entropy",
-                                        "scaled_dot_product_attention", "layer_norm"};
+                                        "scaled_dot_product_attention", "layer_norm", "multihead_attention",
+                                        "transformer_encoder_layer"};
   for (Case& c : all) {
     if (c.name.find("specials") != std::string::npos) continue;
     if (std::find(ops.begin(), ops.end(), c.op) != ops.end()) keep.push_back(std::move(c));

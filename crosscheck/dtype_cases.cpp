@@ -378,6 +378,7 @@ std::vector<Case> dtype_cases() {
   tensor_op_cases(add, kReductionShape);
   attention_cases(add);
   layer_norm_cases(add);
+  module_cases(add);
   return c;
 }
 
