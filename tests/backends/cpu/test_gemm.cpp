@@ -109,7 +109,9 @@ const Case kCases[] = {
 // panel of rows) and B (17 MB) packed 16 MiB at a time: two strips, then one. bf16 on its tile:
 // a transposed A packed in blocks with tails, k past 2048 taken in blocks of 1024 (the last one
 // partial), an odd k's last pair, and tall products split by blocks of 256 rows (from 4 blocks a
-// thread), the last one partial. Skipped elsewhere (Eigen), which keeps them off the emulated AVX2 CPU.
+// thread), the last one partial; A^T B with B the narrower formed as (B^T A)^T, alone and batched
+// (per-product threads) with bias, alpha and beta. Skipped elsewhere (Eigen), which keeps them off
+// the emulated AVX2 CPU.
 const Case kTileCases[] = {
     {"alpha_beta_bias", 40, 48, 50, 1, true, false, false, false, true, 0.5, 0.75, false},
     {"tall_rows_split", 300, 40, 100, 1, false, true, false, false, true, 0.5, 0.0, false},
@@ -119,6 +121,8 @@ const Case kTileCases[] = {
     {"deep_odd_k_trans_a", 40, 50, 4097, 1, true, false, false, false, true, 1.0, 0.5, false},
     {"tall_row_blocks", 3100, 40, 64, 1, false, true, false, false, true, 0.5, 0.5, false},
     {"tall_row_blocks_trans_a", 3100, 33, 70, 1, true, false, false, false, false, 1.0, 0.0, false},
+    {"trans_a_narrow_b", 90, 17, 2049, 1, true, false, false, false, true, 1.0, 0.0, false},
+    {"trans_a_narrow_b_batch", 70, 33, 300, 3, true, false, false, true, true, 0.5, 0.5, false},
 };
 
 using demi_test::Level;
