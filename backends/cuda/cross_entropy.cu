@@ -11,8 +11,8 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/block_reduce.cuh"
+#include "backends/cuda/deferred_checks.cuh"
 #include "backends/cuda/device_types.cuh"
-#include "backends/host_reads.h"
 #include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
@@ -22,7 +22,6 @@ namespace {
 constexpr int kThreads = 256;       // a multiple of 32
 constexpr int kMeanThreads = 1024;  // the one block that averages the per-row losses
 constexpr int64_t kWarpRow = 1024;  // rows up to this long take one warp, longer ones a block
-constexpr unsigned long long kNoBadRow = ~0ull;
 
 // Whether row n's label t is a class; if not, row n competes for the smallest bad row in *first_bad.
 __device__ inline bool check_target(int64_t n, int64_t t, int64_t K, int lane, unsigned long long* first_bad) {
@@ -126,24 +125,20 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* ta
   }
 }
 
-// Waits for the kernels just queued and throws, with the CPU's message, if one of them reported a
-// row whose target is not a class. The one synchronisation of a cross-entropy call: the host must
-// see a bad label now, as on the CPU, and the wait costs little since the loss ends the forward
-// (and its gradient starts the backward).
-void throw_if_bad_target(const char* op, const CrossEntropyArgs& args, unsigned long long* report,
-                         cudaStream_t stream) {
-  note_host_read("cross_entropy's label check");
-  unsigned long long first_bad = kNoBadRow;
-  DEMI_CUDA_CHECK(cudaMemcpyAsync(&first_bad, report, sizeof(first_bad), cudaMemcpyDeviceToHost, stream));
-  DEMI_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (first_bad == kNoBadRow) return;
-  const int64_t n = static_cast<int64_t>(first_bad);
-  int64_t t = 0;
-  DEMI_CUDA_CHECK(cudaMemcpyAsync(&t, args.target.as<const int64_t>() + n, sizeof(t), cudaMemcpyDeviceToHost, stream));
-  DEMI_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const int64_t K = args.logits.shape[1];
-  DEMI_THROW(op, ": target[", n, "] = ", t, " is out of range for ", K, " classes; labels must be in [0, ", K, ")",
-             t < 0 ? kNoIgnoreIndex : "");
+// The error of a row whose target is not a class, with the CPU's message. It is thrown at the next
+// synchronisation (CudaKernels::defer_check), as a device-side assert would be, so that a training
+// step does not wait for its loss; the row's loss is NaN and its gradient row unwritten meanwhile.
+CudaKernels::DeferredError bad_target_error(const char* op, int64_t K) {
+  return [op, K](int64_t n, int64_t t) {
+    DEMI_THROW(op, ": target[", n, "] = ", t, " is out of range for ", K, " classes; labels must be in [0, ", K, ")",
+               t < 0 ? kNoIgnoreIndex : "");
+  };
+}
+
+// Copies the first bad row's target into the check's slot while the target is still alive.
+void capture_bad_target(unsigned long long* slot, const CrossEntropyArgs& args, cudaStream_t stream) {
+  capture_bad_value_kernel<int64_t><<<1, 1, 0, stream>>>(slot, args.target.as<const int64_t>());
+  DEMI_CUDA_LAUNCH_CHECK("capture_bad_value_kernel");
 }
 
 }  // namespace
@@ -156,7 +151,7 @@ void CudaKernels::cross_entropy_forward_impl(const CrossEntropyArgs& args) {
   const int64_t N = args.logits.shape[0], K = args.logits.shape[1];
   const DeviceGuard guard(index_);
   double* row_loss = N > 0 ? static_cast<double*>(workspace(static_cast<size_t>(N) * sizeof(double))) : nullptr;
-  if (N > 0) DEMI_CUDA_CHECK(cudaMemsetAsync(report_, 0xff, sizeof(*report_), stream_));
+  unsigned long long* slot = N > 0 ? defer_check(bad_target_error(op, K)) : nullptr;
   dispatch_floating(args.logits.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (N == 0) return;
@@ -164,10 +159,10 @@ void CudaKernels::cross_entropy_forward_impl(const CrossEntropyArgs& args) {
     const int64_t* target = args.target.as<const int64_t>();
     if (K <= kWarpRow) {
       cross_entropy_rows_kernel<T, false><<<blocks_for(N * 32, kThreads), kThreads, 0, stream_>>>(
-          logits, target, N, K, args.label_smoothing, row_loss, report_);
+          logits, target, N, K, args.label_smoothing, row_loss, slot);
     } else {
       cross_entropy_rows_kernel<T, true><<<blocks_for(N * kThreads, kThreads), kThreads, 0, stream_>>>(
-          logits, target, N, K, args.label_smoothing, row_loss, report_);
+          logits, target, N, K, args.label_smoothing, row_loss, slot);
     }
     DEMI_CUDA_LAUNCH_CHECK("cross_entropy_rows_kernel");
   });
@@ -177,7 +172,7 @@ void CudaKernels::cross_entropy_forward_impl(const CrossEntropyArgs& args) {
     cross_entropy_mean_kernel<float><<<1, kMeanThreads, 0, stream_>>>(row_loss, N, args.loss.as<float>());
   }
   DEMI_CUDA_LAUNCH_CHECK("cross_entropy_mean_kernel");
-  if (N > 0) throw_if_bad_target(op, args, report_, stream_);
+  if (N > 0) capture_bad_target(slot, args, stream_);
 }
 
 // cross_entropy_backward: logits [N, K] (floating), target [N] (I64), grad_loss (0-d, floating,
@@ -188,7 +183,7 @@ void CudaKernels::cross_entropy_backward_impl(const CrossEntropyArgs& args) {
   const int64_t N = args.logits.shape[0], K = args.logits.shape[1];
   if (N == 0) return;  // with K = 0 every row's label is out of range: the kernel reports row 0
   const DeviceGuard guard(index_);
-  DEMI_CUDA_CHECK(cudaMemsetAsync(report_, 0xff, sizeof(*report_), stream_));
+  unsigned long long* slot = defer_check(bad_target_error(op, K));
   dispatch_floating(args.logits.dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = acc_t<T>;
@@ -200,14 +195,14 @@ void CudaKernels::cross_entropy_backward_impl(const CrossEntropyArgs& args) {
     T* grad = args.grad_logits.as<T>();
     if (K <= kWarpRow) {
       cross_entropy_backward_kernel<T, false><<<blocks_for(N * 32, kThreads), kThreads, 0, stream_>>>(
-          logits, target, args.grad_loss.data, args.grad_loss.dtype, N, K, on_target, off_target, grad, report_);
+          logits, target, args.grad_loss.data, args.grad_loss.dtype, N, K, on_target, off_target, grad, slot);
     } else {
       cross_entropy_backward_kernel<T, true><<<blocks_for(N * kThreads, kThreads), kThreads, 0, stream_>>>(
-          logits, target, args.grad_loss.data, args.grad_loss.dtype, N, K, on_target, off_target, grad, report_);
+          logits, target, args.grad_loss.data, args.grad_loss.dtype, N, K, on_target, off_target, grad, slot);
     }
     DEMI_CUDA_LAUNCH_CHECK("cross_entropy_backward_kernel");
   });
-  throw_if_bad_target(op, args, report_, stream_);
+  capture_bad_target(slot, args, stream_);
 }
 
 }  // namespace demi::backend::cuda

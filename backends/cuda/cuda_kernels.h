@@ -7,8 +7,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "backends/kernels.h"
 
@@ -121,6 +123,18 @@ class CudaKernels final : public Kernels {
   // One device word through which a kernel reports back to the host (the first element a checked
   // cast could not convert). Kernels of one CudaKernels run one at a time on its stream.
   unsigned long long* report() const { return report_; }
+  // deferred_checks.cu: checks whose verdict the host reads at its next synchronisation instead of
+  // right after the call (max_pool2d's backward, cross_entropy's labels), so that a training step
+  // makes no host read. A check kernel records the first bad position of its call in slot[0] of
+  // the pair defer_check returns (all ones: none) and capture_bad_value_kernel copies the value
+  // there into slot[1]; copy_to_host and synchronize read the pending pairs after their own wait
+  // and call the first bad call's `raise` with (position, value), which throws the op's error:
+  // like a CUDA device-side assert, it arrives after the call. A call beyond kDeferredChecks
+  // pending ones reads them first (one host read).
+  using DeferredError = std::function<void(int64_t position, int64_t value)>;
+  static constexpr size_t kDeferredChecks = 256;
+  unsigned long long* defer_check(DeferredError raise);
+  void check_deferred();  // after the stream has been waited for
 #if DEMI_HAVE_CUDNN
   // Created on first use (device.cu): cudnnCreate loads cuDNN's sub-libraries, which costs
   // hundreds of milliseconds that a run without convolutions should not pay.
@@ -143,6 +157,8 @@ class CudaKernels final : public Kernels {
   cudaStream_t stream_ = nullptr;          // every kernel and copy of this device runs here
   cublasLtHandle_t cublaslt_ = nullptr;    // gemm
   unsigned long long* report_ = nullptr;
+  unsigned long long* deferred_slots_ = nullptr;  // 2 * kDeferredChecks words, all ones when free
+  std::vector<DeferredError> deferred_;           // the pending checks, by slot
   void* workspace_ = nullptr;  // see workspace()
   size_t workspace_bytes_ = 0;
   struct PlansDeleter {  // each operator() is defined beside its type

@@ -99,6 +99,8 @@ CudaKernels::CudaKernels(int index) : index_(index) {
     DEMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DEMI_CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
     DEMI_CUDA_CHECK(cudaMalloc(&report_, sizeof(*report_)));
+    DEMI_CUDA_CHECK(cudaMalloc(&deferred_slots_, sizeof(unsigned long long) * 2 * kDeferredChecks));
+    DEMI_CUDA_CHECK(cudaMemset(deferred_slots_, 0xff, sizeof(unsigned long long) * 2 * kDeferredChecks));
   } catch (...) {
     release();
     throw;
@@ -123,6 +125,8 @@ void CudaKernels::release() noexcept {
 #endif
   if (report_) (void)cudaFree(report_);
   report_ = nullptr;
+  if (deferred_slots_) (void)cudaFree(deferred_slots_);
+  deferred_slots_ = nullptr;
   if (cublaslt_) (void)cublasLtDestroy(cublaslt_);
   cublaslt_ = nullptr;
   if (stream_) (void)cudaStreamDestroy(stream_);

@@ -47,6 +47,7 @@ void CudaKernels::copy_to_host(const void* src, void* host_dst, size_t bytes) {
   const DeviceGuard guard(index_);
   DEMI_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_deferred();
 }
 
 void CudaKernels::copy(const void* src, void* dst, size_t bytes) {
@@ -64,6 +65,7 @@ void CudaKernels::copy(const void* src, void* dst, size_t bytes) {
 void CudaKernels::synchronize() {
   const DeviceGuard guard(index_);
   DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_deferred();
 }
 
 void* CudaKernels::workspace(size_t bytes) {

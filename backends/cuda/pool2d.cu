@@ -11,8 +11,8 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/deferred_checks.cuh"
 #include "backends/cuda/device_types.cuh"
-#include "backends/host_reads.h"
 #include "backends/kernel_checks.h"
 
 namespace demi::backend::cuda {
@@ -250,8 +250,9 @@ void CudaKernels::pool2d_forward_impl(const Pool2dArgs& args, const PoolGeom& g6
 }
 
 // pool2d_backward: output (= grad_y [N, C, OH, OW]) and, for max, indices -> input (= grad_x
-// [N, C, H, W]), every element written. Max pooling first checks the indices on the device; a bad
-// one costs one synchronisation to report it, as the CPU throws for it.
+// [N, C, H, W]), every element written. Max pooling checks the indices on the device; a bad one is
+// thrown at the next synchronisation (CudaKernels::defer_check), with the CPU's message, and the
+// gather below never follows it.
 void CudaKernels::pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g64) {
   constexpr const char* op = "pool2d_backward";
   const int64_t n_in = args.input.numel(), n_out = args.output.numel();
@@ -262,7 +263,6 @@ void CudaKernels::pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g
     const DeviceGuard guard(index_);
     const T* grad_y = args.output.as<const T>();
     T* grad_x = args.input.as<T>();
-    bool checked = false;
     dispatch_index(n_in, n_out, [&](auto index_tag) {
       using Index = decltype(index_tag);
       const PoolShape<Index> g = narrow_shape<Index>(g64);
@@ -278,11 +278,16 @@ void CudaKernels::pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g
         using I = decltype(itag);
         const I* idx = args.indices.as<const I>();
         if (n_out > 0) {
-          DEMI_CUDA_CHECK(cudaMemsetAsync(report_, 0xff, sizeof(*report_), stream_));
+          unsigned long long* slot = defer_check([g64, shape = args.input.shape](int64_t at, int64_t k) {
+            DEMI_THROW("pool2d_backward: index ", k, " at output element ", at, " does not point inside its ", g64.kh,
+                       "x", g64.kw, " window of the input ", shape,
+                       "; pass the indices that pool2d_forward wrote for this input");
+          });
           max_pool_check_indices_kernel<I, Index><<<blocks_for(n_out, kThreads), kThreads, 0, stream_>>>(
-              idx, g, Index(n_out), report_);
+              idx, g, Index(n_out), slot);
           DEMI_CUDA_LAUNCH_CHECK("max_pool_check_indices_kernel");
-          checked = true;
+          capture_bad_value_kernel<I><<<1, 1, 0, stream_>>>(slot, idx);
+          DEMI_CUDA_LAUNCH_CHECK("capture_bad_value_kernel");
         }
         if (n_in > 0) {
           max_pool_backward_kernel<T, I, Index><<<blocks_for(n_in, kThreads), kThreads, 0, stream_>>>(
@@ -291,25 +296,6 @@ void CudaKernels::pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g
         }
       });
     });
-    if (!checked) return;
-    note_host_read("max_pool2d backward's index check");
-    unsigned long long first_bad = 0;
-    DEMI_CUDA_CHECK(cudaMemcpyAsync(&first_bad, report_, sizeof(first_bad), cudaMemcpyDeviceToHost, stream_));
-    DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (first_bad == ~0ull) return;
-    const int64_t at = static_cast<int64_t>(first_bad);
-    int64_t k = 0;  // the offending index, read back to show it
-    dispatch_indices(args.indices.dtype, [&](auto itag) {
-      using I = decltype(itag);
-      I value = 0;
-      DEMI_CUDA_CHECK(cudaMemcpyAsync(&value, args.indices.as<const I>() + at, sizeof(I), cudaMemcpyDeviceToHost,
-                                      stream_));
-      DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      k = static_cast<int64_t>(value);
-    });
-    DEMI_THROW("pool2d_backward: index ", k, " at output element ", at, " does not point inside its ", g64.kh, "x",
-               g64.kw, " window of the input ", args.input.shape,
-               "; pass the indices that pool2d_forward wrote for this input");
   });
 }
 
