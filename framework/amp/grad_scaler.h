@@ -1,8 +1,8 @@
 // amp::GradScaler: dynamic loss scaling with torch.amp.GradScaler's semantics (defaults, per-
 // optimizer READY/UNSCALED/STEPPED state, errors, state_dict keys), plus what PyTorch lacks:
 // bf16 and fp16 gradients unscaled alike, skip counters, and a warning when the scale collapses.
-// The scale, growth tracker and found_inf live on the gradients' device; the host reads found_inf
-// once per step, in step(), to decide whether to skip.
+// The scale, growth tracker, found_inf and step counts live on the gradients' device; a step reads
+// none of them (the optimizer skips on found_inf on the device), the getters do.
 #pragma once
 
 #include <functional>

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The layering rules that keep framework/ readable from the bottom up, as include rules:
 # - framework/ reaches a device only through backends/kernels.h (and the backend-neutral
-#   backends/device_communicator.h), never a file of backends/cpu or backends/cuda;
+#   backends/device_communicator.h and backends/host_reads.h), never a file of backends/cpu or
+#   backends/cuda;
 # - amp/ (autocast, GradScaler) and dist/ (process groups, DDP) do not know each other: the scaler
 #   learns about other ranks through Options::reduce_found_inf, supplied by the caller;
 # - training/ (TrainStep) sits on top: nothing else in framework/ includes it.
