@@ -139,8 +139,7 @@ bool FitLoop::train_epoch(int epoch) {
     p.batch = ++batches;
     pending_.push_back(std::move(p));
     const bool last = pending_.back().batch == parts_.steps.per_epoch;
-    const bool stopping = (!env_.group && g_stop_requested.load()) || (c_.max_steps > 0 && progress_.step >= c_.max_steps);
-    if (progress_.step % log_.every() == 0 || last || stopping) drain(epoch, e);
+    if (progress_.step % log_.every() == 0 || last || stop_requested()) drain(epoch, e);
   }
   drain(epoch, e);
   console_.end_of_epoch_progress();
