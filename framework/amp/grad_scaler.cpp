@@ -58,8 +58,8 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   for (const optim::Optimizer::GradientTarget& t : targets) {
     DEMI_CHECK(t.grad.device() == scale_.device(), "GradScaler::unscale_: a gradient is on ", t.grad.device(),
                " but the scaler's state is on ", scale_.device());
-    args.in.push_back(t.grad.ref());
-    args.out.push_back(t.unscaled.ref());
+    args.in.push_back(t.grad.storage_ref());
+    args.out.push_back(detail::storage_ref_like(t.unscaled, t.grad));
     state.unscaled.push_back(t.unscaled);
   }
   args.inv_scale = inv_scale.ref();

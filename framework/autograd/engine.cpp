@@ -50,7 +50,7 @@ Edge edge_of(const Tensor& t) {
       impl.grad_accumulator = node;
     }
   }
-  return Edge{node, impl.shape, impl.dtype};
+  return Edge{node, impl.shape, impl.dtype, impl.memory_format};
 }
 
 TensorList AccumulateGrad::apply(const Tensor& grad_output) {
@@ -67,7 +67,9 @@ TensorList AccumulateGrad::apply(const Tensor& grad_output) {
                " gradient into a ", leaf->dtype, " tensor's existing ", grad.dtype(), " .grad. After "
                "GradScaler::unscale_, a half parameter with an fp32 master holds its fp32 true gradient in "
                ".grad: run every backward() of a step before unscale_, and zero_grad() before the next step");
-    kernels(grad).binary(backend::BinaryKind::Add, grad.ref(), grad_output.ref(), grad.ref());
+    // Into .grad's own format (a .grad set by hand may differ from the leaf's).
+    const Tensor incoming = grad_output.contiguous(grad.suggest_memory_format());
+    kernels(grad).binary(backend::BinaryKind::Add, grad.storage_ref(), incoming.storage_ref(), grad.storage_ref());
   }
   if (!leaf->post_accumulate_grad_hooks.empty()) {
     const Tensor tensor(leaf);
@@ -92,7 +94,7 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
   NoGradGuard no_grad;
   amp::detail::SuspendGuard no_autocast;  // backward formulas run in the dtypes forward saved
   profiler::detail::BackwardPassGuard backward_pass;  // the ops run from here on are backward's
-  grad = grad.to(root.dtype());
+  grad = grad.to(root.dtype()).contiguous(root.suggest_memory_format());
 
   std::vector<std::function<void()>> callbacks;
   DEMI_CHECK(t_callbacks == nullptr, "backward(): called while another backward pass runs on this thread "
@@ -146,6 +148,7 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
         DEMI_INTERNAL_CHECK(g.shape() == edge.shape, node->name(), " backward returned a gradient of shape ",
                             g.shape(), " for input ", i, " of shape ", edge.shape);
         g = g.to(edge.dtype);  // e.g. an fp32 parameter cast to fp16 gets an fp32 gradient
+        g = g.contiguous(edge.format);  // each op's backward sees its output's format
         Tensor& slot = pending[edge.node.get()];
         slot = slot.defined() ? add(slot, g) : g;
       }

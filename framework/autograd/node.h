@@ -16,8 +16,9 @@ class Node;
 // Where the gradient of one input goes; `node` is empty when that input needs no gradient.
 struct Edge {
   std::shared_ptr<Node> node;
-  Shape shape;  // the input's shape and dtype: incoming gradients are checked and cast to them
-  DType dtype = DType::F32;
+  Shape shape;  // the input's shape, dtype and memory format: incoming gradients are checked
+  DType dtype = DType::F32;  // against the shape and converted to the dtype and format
+  MemoryFormat format = MemoryFormat::Contiguous;
 };
 
 class Node {

@@ -55,6 +55,7 @@ void Module::assign_(const Tensor& slot, const Tensor& value) {
   impl.offset = src.offset;
   impl.shape = src.shape;
   impl.dtype = src.dtype;
+  impl.memory_format = src.memory_format;
   impl.grad = Tensor();
   slot.set_memory_category(MemoryCategory::Parameters);
 }
@@ -80,6 +81,26 @@ Module& Module::to(const Device& device) {
     }
     for (auto& [name, t] : m.buffers_) {
       if (t.defined()) assign_(t, t.to(device));
+    }
+  });
+  return *this;
+}
+
+Module& Module::to(MemoryFormat format) {
+  DEMI_CHECK(format != MemoryFormat::Preserve, "Module::to: preserve_format changes nothing; ask for "
+             "MemoryFormat::ChannelsLast or MemoryFormat::Contiguous");
+  NoGradGuard no_grad;
+  apply([format](Module& m) {
+    for (auto* tensors : {&m.params_, &m.buffers_}) {
+      for (auto& [name, t] : *tensors) {
+        if (!t.defined() || t.dim() != 4 || t.is_contiguous(format)) continue;
+        const Tensor grad = t.grad();
+        assign_(t, t.contiguous(format));
+        if (grad.defined()) {
+          t.set_grad(grad.contiguous(format));
+          t.grad().set_memory_category(MemoryCategory::Gradients);
+        }
+      }
     }
   });
   return *this;
@@ -113,8 +134,10 @@ void Module::load_state_dict(const StateDict& state) {
     DEMI_CHECK(it != state.end(), "load_state_dict: missing key '", name, "' of shape ", slot.shape());
     DEMI_CHECK(it->second.shape() == slot.shape(), "load_state_dict: '", name, "' has shape ", it->second.shape(),
                " in the state but ", slot.shape(), " in the module");
-    // Keep the module's dtype and device; values are converted on the way in.
-    assign_(slot, it->second.to(slot.dtype()).to(slot.device()).clone());
+    // Keep the module's dtype, device and memory format; values are converted on the way in.
+    const Tensor value = it->second.to(slot.dtype()).to(slot.device());
+    const MemoryFormat format = slot.suggest_memory_format();
+    assign_(slot, value.is_contiguous(format) ? value.clone() : value.contiguous(format));
   }
 }
 

@@ -40,6 +40,9 @@ class Module {
   // converting to a half type: statistics stay fp32.
   virtual Module& to(DType dtype);
   Module& to(const Device& device);
+  // Stores every 4-D parameter and buffer (convolution weights) in `format`, as PyTorch's
+  // model.to(memory_format=torch.channels_last), with their .grad; the other tensors keep theirs.
+  Module& to(MemoryFormat format);
 
   // Parameters and buffers by dotted name (values shared, not copied), in PyTorch's order: each
   // module's parameters, then its buffers, then its children's, in registration order.

@@ -8,6 +8,7 @@ namespace demi::ops {
 struct Abs {
   static constexpr const char* kName = "abs";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext& ctx, const Tensor& x) {
     check_floating(kName, "input", x);

@@ -7,6 +7,7 @@ namespace demi::ops {
 struct Add {
   static constexpr const char* kName = "add";
   static constexpr amp::Category kCast = amp::Category::Promote;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.set_attrs(std::make_pair(a.shape(), b.shape()));

@@ -12,6 +12,7 @@ constexpr double kNoShift = -0.0;
 struct Affine {
   static constexpr const char* kName = "affine";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   // divide: y = x / alpha (beta must be 0).
   static Tensor forward(OpContext& ctx, const Tensor& x, double alpha, double beta, bool divide) {

@@ -12,6 +12,7 @@ namespace demi::ops {
 struct Clamp {
   static constexpr const char* kName = "clamp";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext& ctx, const Tensor& x, double lo, double hi) {
     check_floating(kName, "input", x);

@@ -8,6 +8,7 @@ namespace demi::ops {
 struct Div {
   static constexpr const char* kName = "div";
   static constexpr amp::Category kCast = amp::Category::Promote;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.set_attrs(std::make_pair(a.shape(), b.shape()));

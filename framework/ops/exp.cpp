@@ -7,6 +7,7 @@ namespace demi::ops {
 struct Exp {
   static constexpr const char* kName = "exp";
   static constexpr amp::Category kCast = amp::Category::Fp32;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext& ctx, const Tensor& x) {
     check_floating(kName, "input", x);

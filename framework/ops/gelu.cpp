@@ -7,6 +7,7 @@ namespace demi::ops {
 struct Gelu {
   static constexpr const char* kName = "gelu";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext& ctx, const Tensor& x) {
     check_floating(kName, "input", x);

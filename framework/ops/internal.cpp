@@ -11,6 +11,14 @@ namespace demi::ops {
 Tensor reduce_keepdim(backend::ReduceKind kind, const Tensor& x, const std::vector<int64_t>& dims, DType dtype) {
   Shape out_shape = x.shape();
   for (int64_t d : dims) out_shape[static_cast<size_t>(d)] = 1;
+  if (x.suggest_memory_format() == MemoryFormat::ChannelsLast) {
+    // Reduced in its own order, the result too (a bias gradient [1, C, 1, 1] is the same bytes
+    // in both formats, and so is any result with one channel or one pixel).
+    Tensor out = empty(out_shape, dtype, x.device(), MemoryFormat::ChannelsLast);
+    const backend::TensorRef out_ref{out.data_ptr(), channels_last_storage_shape(out_shape), dtype};
+    kernels(x).reduce(kind, x.storage_ref(), out_ref);
+    return out;
+  }
   Tensor out = empty(out_shape, dtype, x.device());
   kernels(x).reduce(kind, x.ref(), out.ref());
   return out;
@@ -33,7 +41,7 @@ Tensor expand_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   Tensor out = empty(shape, x.dtype(), x.device());
   Tensor zero = zeros({}, x.dtype(), x.device());
-  kernels(x).binary(backend::BinaryKind::Add, x.ref(), zero.ref(), out.ref());
+  kernels(x).binary(backend::BinaryKind::Add, x.contiguous().ref(), zero.ref(), out.ref());
   return out;
 }
 
@@ -64,15 +72,48 @@ Tensor binary_kernel(const char* op, backend::BinaryKind kind, const Tensor& a, 
   check_same_device(op, a, b);
   const DType dtype = result_type(a.dtype(), a.dim(), b.dtype(), b.dim());
   const Tensor ca = a.to(dtype), cb = b.to(dtype);
-  Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), op), dtype, a.device());
-  kernels(out).binary(kind, ca.ref(), cb.ref(), out.ref());
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
+  const MemoryFormat format = elementwise_format(shape, {&a, &b});
+  Tensor out = empty(shape, dtype, a.device(), format);
+  const ElementwiseOperand ra = elementwise_operand(ca, shape, format), rb = elementwise_operand(cb, shape, format);
+  kernels(out).binary(kind, ra.ref, rb.ref, out.storage_ref());
   return out;
 }
 
 Tensor unary_kernel(backend::UnaryKind kind, const Tensor& x, double alpha, double beta) {
   Tensor out = empty_like(x);
-  kernels(x).unary(kind, x.ref(), out.ref(), alpha, beta);
+  kernels(x).unary(kind, x.storage_ref(), out.storage_ref(), alpha, beta);
   return out;
+}
+
+MemoryFormat elementwise_format(const Shape& shape, const std::vector<const Tensor*>& operands) {
+  if (!channels_last_differs(shape)) return MemoryFormat::Contiguous;
+  for (const Tensor* t : operands) {
+    if (t->shape() == shape) return t->suggest_memory_format();
+  }
+  for (const Tensor* t : operands) {
+    if (t->suggest_memory_format() == MemoryFormat::ChannelsLast) return MemoryFormat::ChannelsLast;
+  }
+  return MemoryFormat::Contiguous;
+}
+
+ElementwiseOperand elementwise_operand(const Tensor& t, const Shape& shape, MemoryFormat format) {
+  if (format != MemoryFormat::ChannelsLast || !channels_last_differs(shape)) {
+    const Tensor c = t.contiguous();
+    return {c, c.ref()};
+  }
+  if (t.suggest_memory_format() == MemoryFormat::ChannelsLast) return {t, t.storage_ref()};
+  // A row-major operand broadcast to [N, C, H, W], its shape padded to [a, b, c, d]: moving b
+  // behind c and d keeps its bytes in order when b is 1 or c * d is 1 (a per-channel [C, 1, 1]
+  // bias, a scalar, a [N, 1, H, W] mask); otherwise it is converted.
+  Shape padded(4 - std::min<size_t>(t.shape().size(), 4), 1);
+  padded.insert(padded.end(), t.shape().begin(), t.shape().end());
+  DEMI_INTERNAL_CHECK(padded.size() == 4, "elementwise_operand: shape ", t.shape(), " beside ", shape);
+  if (padded[1] == 1 || padded[2] * padded[3] == 1) {
+    return {t, backend::TensorRef{t.data_ptr(), channels_last_storage_shape(padded), t.dtype()}};
+  }
+  const Tensor c = t.reshape(padded).contiguous(MemoryFormat::ChannelsLast);
+  return {c, c.storage_ref()};
 }
 
 }  // namespace demi::ops

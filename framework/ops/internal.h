@@ -14,6 +14,8 @@ namespace demi::ops {
 Tensor cast(const Tensor& x, DType dtype);
 Tensor to_device(const Tensor& x, const Device& device);
 Tensor reshape(const Tensor& x, const Shape& shape);
+// Behind Tensor::contiguous(format): the values stored in `format` (ChannelsLast: x is 4-D).
+Tensor to_memory_format(const Tensor& x, MemoryFormat format);
 
 // Sums a broadcast gradient back down to `shape` (the inverse of broadcasting).
 Tensor sum_to(const Tensor& grad, const Shape& shape);
@@ -33,10 +35,22 @@ void check_dim(const char* op, const char* what, const Tensor& t, int64_t dim, c
 }  // namespace demi::ops
 
 namespace demi::ops {
-// Runs an element-wise binary kernel with broadcasting and dtype promotion (not recorded).
+// Runs an element-wise binary kernel with broadcasting and dtype promotion (not recorded). The
+// result is stored in elementwise_format's choice; the operands are read in that order.
 Tensor binary_kernel(const char* op, backend::BinaryKind kind, const Tensor& a, const Tensor& b);
-// Runs an element-wise unary kernel into a new tensor of x's dtype (not recorded).
+// Runs an element-wise unary kernel into a new tensor of x's dtype and format (not recorded).
 Tensor unary_kernel(backend::UnaryKind kind, const Tensor& x, double alpha = 0.0, double beta = 0.0);
+
+// The format of an element-wise result of `shape` (PyTorch's rule): that of the first operand that
+// has the result's shape; channels_last when none has it and one is channels_last.
+MemoryFormat elementwise_format(const Shape& shape, const std::vector<const Tensor*>& operands);
+// An operand of an element-wise kernel whose result has `shape` and is stored in `format`: its
+// storage read in the result's order. `keep` holds a converted copy when its own order differs.
+struct ElementwiseOperand {
+  Tensor keep;
+  backend::TensorRef ref;
+};
+ElementwiseOperand elementwise_operand(const Tensor& t, const Shape& shape, MemoryFormat format);
 }  // namespace demi::ops
 
 namespace demi::ops {

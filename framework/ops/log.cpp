@@ -7,6 +7,7 @@ namespace demi::ops {
 struct Log {
   static constexpr const char* kName = "log";
   static constexpr amp::Category kCast = amp::Category::Fp32;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext& ctx, const Tensor& x) {
     check_floating(kName, "input", x);

@@ -7,6 +7,7 @@ namespace demi::ops {
 struct Neg {
   static constexpr const char* kName = "neg";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext&, const Tensor& x) {
     check_floating(kName, "input", x);

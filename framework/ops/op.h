@@ -1,6 +1,10 @@
 // The machinery every op file uses: apply<Op>() runs Op::forward without recording, then, when
 // grad mode is on and an input requires grad, records an OpNode<Op> that calls Op::backward.
-// An op struct provides kName, kCast (its autocast category), forward and backward.
+// An op struct provides kName, kCast (its autocast category), forward and backward. Memory formats:
+// an op that declares `static constexpr bool kKeepsMemoryFormat = true` takes channels_last tensors
+// as they are; every other op receives its tensor inputs in the contiguous format (apply converts
+// them, and records the conversion), so no kernel reads an NHWC tensor as NCHW. Either way backward
+// receives grad_output in its output's format (the engine converts gradients at each edge).
 #pragma once
 
 #include <type_traits>
@@ -58,8 +62,43 @@ template <typename Arg> decltype(auto) autocast_arg(const Arg& arg, DType target
   }
 }
 
+template <typename Op, typename = void> struct keeps_memory_format : std::false_type {};
+template <typename Op>
+struct keeps_memory_format<Op, std::void_t<decltype(Op::kKeepsMemoryFormat)>>
+    : std::bool_constant<Op::kKeepsMemoryFormat> {};
+
+template <typename Arg> bool is_channels_last_arg(const Arg& arg) {
+  if constexpr (is_tensor_v<Arg>) {
+    return arg.defined() && !arg.is_contiguous();
+  } else if constexpr (is_tensor_list_v<Arg>) {
+    for (const Tensor& t : arg) {
+      if (t.defined() && !t.is_contiguous()) return true;
+    }
+  }
+  return false;
+}
+// A tensor argument (or each tensor of a list) in the contiguous format; anything else as it is.
+template <typename Arg> decltype(auto) contiguous_arg(const Arg& arg) {
+  if constexpr (is_tensor_v<Arg>) {
+    return arg.defined() ? arg.contiguous() : arg;
+  } else if constexpr (is_tensor_list_v<Arg>) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : arg) out.push_back(t.defined() ? t.contiguous() : t);
+    return out;
+  } else {
+    return (arg);
+  }
+}
+
 template <typename Op, typename... Args>
 Tensor apply_recorded(const Args&... args);
+template <typename Op, typename... Args>
+Tensor apply_in_format(const Args&... args) {
+  if constexpr (!keeps_memory_format<Op>::value) {
+    if ((is_channels_last_arg(args) || ...)) return apply_recorded<Op>(contiguous_arg(args)...);
+  }
+  return apply_recorded<Op>(args...);
+}
 }  // namespace detail
 
 // Runs Op on args (tensors and plain values, in Op::forward's order) and records it for backward.
@@ -72,10 +111,10 @@ Tensor apply(const Args&... args) {
     (detail::collect_tensor(inputs, args), ...);
     DType target;
     if (amp::detail::autocast_target(Op::kCast, inputs, &target)) {
-      return detail::apply_recorded<Op>(detail::autocast_arg(args, target)...);
+      return detail::apply_in_format<Op>(detail::autocast_arg(args, target)...);
     }
   }
-  return detail::apply_recorded<Op>(args...);
+  return detail::apply_in_format<Op>(args...);
 }
 
 namespace detail {

@@ -10,4 +10,4 @@
   X(Dropout) X(Embedding)                                                                      \
   X(Abs) X(Amax) X(Amin) X(MaxDim) X(MinDim) X(Where) X(Permute) X(Expand)                    \
   X(ScaledDotProductAttention)                                                                \
-  X(LayerNorm)
+  X(LayerNorm) X(ToMemoryFormat)

@@ -9,6 +9,7 @@ namespace demi::ops {
 struct Pow {
   static constexpr const char* kName = "pow";
   static constexpr amp::Category kCast = amp::Category::Fp32;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext& ctx, const Tensor& x, double exponent) {
     check_floating(kName, "input", x);

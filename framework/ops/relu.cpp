@@ -8,6 +8,7 @@ namespace demi::ops {
 struct Relu {
   static constexpr const char* kName = "relu";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext& ctx, const Tensor& x) {
     check_floating(kName, "input", x);

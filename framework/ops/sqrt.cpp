@@ -7,6 +7,7 @@ namespace demi::ops {
 struct Sqrt {
   static constexpr const char* kName = "sqrt";
   static constexpr amp::Category kCast = amp::Category::Unchanged;  // not on PyTorch's fp32 list (rsqrt is)
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext& ctx, const Tensor& x) {
     check_floating(kName, "input", x);

@@ -69,7 +69,8 @@ void check_in_place(const char* op, const Tensor& self, const Tensor& other = Te
 const Tensor& Tensor::assign_in_place(const char* op, const Tensor& result) const {
   DEMI_CHECK(result.shape() == shape(), op, ": the result has shape ", result.shape(), " but this tensor is ",
              shape(), "; an in-place op keeps the shape, so the other operand must broadcast to it");
-  kernels(*this).cast(result.ref(), ref());
+  const Tensor value = result.contiguous(suggest_memory_format());  // into this tensor's order
+  kernels(*this).cast(value.storage_ref(), storage_ref());
   impl_ref().storage->bump_version();
   return *this;
 }
@@ -83,8 +84,8 @@ const Tensor& Tensor::binary_in_place(const char* op, backend::BinaryKind kind, 
   if (is_floating(dtype()) && other.device() == device() &&
       result_type(dtype(), dim(), other.dtype(), other.dim()) == dtype() &&
       broadcast_shapes(shape(), other.shape(), op) == shape()) {
-    const Tensor b = other.to(dtype());
-    kernels(*this).binary(kind, ref(), b.ref(), ref());
+    const ops::ElementwiseOperand b = ops::elementwise_operand(other.to(dtype()), shape(), suggest_memory_format());
+    kernels(*this).binary(kind, storage_ref(), b.ref, storage_ref());
     impl_ref().storage->bump_version();
     return *this;
   }
@@ -97,7 +98,7 @@ const Tensor& Tensor::affine_in_place(const char* op, double alpha, double beta)
   check_in_place(op, *this);
   NoGradGuard no_grad;
   if (is_floating(dtype())) {
-    kernels(*this).unary(backend::UnaryKind::Affine, ref(), ref(), alpha, beta);
+    kernels(*this).unary(backend::UnaryKind::Affine, storage_ref(), storage_ref(), alpha, beta);
     impl_ref().storage->bump_version();
     return *this;
   }
@@ -126,7 +127,7 @@ const Tensor& Tensor::div_(const Tensor& other) const { return binary_in_place("
 const Tensor& Tensor::div_(double value) const {  // a true division, as x / value
   check_in_place("div_", *this);
   DEMI_CHECK(is_floating(dtype()), "div_: the tensor must be floating, got ", dtype(), "; convert it first");
-  kernels(*this).unary(backend::UnaryKind::DivScalar, ref(), ref(), value, 0.0);
+  kernels(*this).unary(backend::UnaryKind::DivScalar, storage_ref(), storage_ref(), value, 0.0);
   impl_ref().storage->bump_version();
   return *this;
 }
@@ -134,7 +135,7 @@ const Tensor& Tensor::clamp_(std::optional<double> min, std::optional<double> ma
   check_in_place("clamp_", *this);
   const auto [lo, hi] = ops::clamp_bounds("clamp_", min, max);
   DEMI_CHECK(is_floating(dtype()), "clamp_: the tensor must be floating, got ", dtype());
-  kernels(*this).unary(backend::UnaryKind::Clamp, ref(), ref(), lo, hi);
+  kernels(*this).unary(backend::UnaryKind::Clamp, storage_ref(), storage_ref(), lo, hi);
   impl_ref().storage->bump_version();
   return *this;
 }
@@ -156,7 +157,7 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
 
 const Tensor& Tensor::fill_(double value) const {
   check_in_place("fill_", *this);
-  kernels(*this).fill(ref(), value);
+  kernels(*this).fill(storage_ref(), value);
   impl_ref().storage->bump_version();
   return *this;
 }

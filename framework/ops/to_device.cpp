@@ -6,7 +6,7 @@ namespace demi::ops {
 
 namespace {
 Tensor copy_to(const Tensor& x, const Device& device) {
-  Tensor y = empty(x.shape(), x.dtype(), device);
+  Tensor y = empty(x.shape(), x.dtype(), device, x.suggest_memory_format());  // the bytes as they are
   if (x.device().is_cpu()) {
     kernels(y).copy_from_host(x.data_ptr(), y.data_ptr(), x.nbytes());
   } else if (device.is_cpu()) {
@@ -22,6 +22,7 @@ Tensor copy_to(const Tensor& x, const Device& device) {
 struct ToDevice {
   static constexpr const char* kName = "to_device";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static Tensor forward(OpContext& ctx, const Tensor& x, const Device& device) {
     ctx.set_attrs(x.device());

@@ -35,11 +35,11 @@ void AdamW::step_unless(const Tensor& found_inf) {
     backend::AdamWArgs args;
     if (found_inf.defined()) args.found_inf = found_inf.ref();
     args.step_count = s.step.ref();
-    args.param = slot.param.ref();
-    args.grad = grad.ref();
-    args.exp_avg = s.exp_avg.ref();
-    args.exp_avg_sq = s.exp_avg_sq.ref();
-    if (slot.master.defined()) args.master = slot.master.ref();
+    args.param = slot.param.storage_ref();  // the others in its memory format
+    args.grad = detail::storage_ref_like(grad, slot.param);
+    args.exp_avg = detail::storage_ref_like(s.exp_avg, slot.param);
+    args.exp_avg_sq = detail::storage_ref_like(s.exp_avg_sq, slot.param);
+    if (slot.master.defined()) args.master = detail::storage_ref_like(slot.master, slot.param);
     args.lr = o.lr;
     args.beta1 = o.beta1;
     args.beta2 = o.beta2;

@@ -39,9 +39,9 @@ void sgd_update(const SgdOptions& o, const Tensor& param, const Tensor& master, 
                 const Tensor& found_inf) {
   backend::SgdArgs args;
   if (found_inf.defined()) args.found_inf = found_inf.ref();
-  args.param = param.ref();
-  args.grad = grad.ref();
-  if (master.defined()) args.master = master.ref();
+  args.param = param.storage_ref();  // the others in its memory format
+  args.grad = detail::storage_ref_like(grad, param);
+  if (master.defined()) args.master = detail::storage_ref_like(master, param);
   args.lr = o.lr;
   args.momentum = o.momentum;
   args.dampening = o.dampening;
@@ -50,7 +50,7 @@ void sgd_update(const SgdOptions& o, const Tensor& param, const Tensor& master, 
   args.rounding = rounding;
   if (o.momentum != 0.0) {
     bool created = false;
-    args.momentum_buffer = momentum.at(g, i, param, &created).ref();
+    args.momentum_buffer = detail::storage_ref_like(momentum.at(g, i, param, &created), param);
     args.first_step = created;
   }
   kernels(param).sgd_step(args);

@@ -99,7 +99,7 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string body;
   StateDict host;
-  for (const auto& [name, t] : tensors) host.emplace(name, t.to(Device::cpu()));
+  for (const auto& [name, t] : tensors) host.emplace(name, t.to(Device::cpu()).contiguous());  // NCHW bytes
   for (const auto& [name, t] : host) {
     const size_t begin = body.size();
     body.append(static_cast<const char*>(t.data_ptr()), t.nbytes());

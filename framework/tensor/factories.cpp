@@ -40,8 +40,15 @@ Tensor full(const Shape& shape, double value, DType dtype, const Device& device)
 }
 Tensor zeros(const Shape& shape, DType dtype, const Device& device) { return full(shape, 0.0, dtype, device); }
 Tensor ones(const Shape& shape, DType dtype, const Device& device) { return full(shape, 1.0, dtype, device); }
-Tensor zeros_like(const Tensor& like) { return zeros(like.shape(), like.dtype(), like.device()); }
-Tensor ones_like(const Tensor& like) { return ones(like.shape(), like.dtype(), like.device()); }
+namespace {
+Tensor full_like(const Tensor& like, double value) {
+  Tensor out = empty_like(like);  // like's memory format too
+  kernels(out).fill(out.storage_ref(), value);
+  return out;
+}
+}  // namespace
+Tensor zeros_like(const Tensor& like) { return full_like(like, 0.0); }
+Tensor ones_like(const Tensor& like) { return full_like(like, 1.0); }
 
 Tensor arange(double start, double end, double step, DType dtype, const Device& device) {
   DEMI_CHECK(step != 0.0, "arange: step must be nonzero");
@@ -84,7 +91,7 @@ void uniform_(const Tensor& t, double low, double high, Generator& gen) {
   DEMI_CHECK(is_floating(t.dtype()), "uniform_: tensor must be floating, got ", t.dtype());
   backend::RandomArgs args;
   args.kind = backend::RandomKind::Uniform;
-  args.output = t.ref();
+  args.output = t.storage_ref();  // in storage order, as PyTorch fills a channels_last tensor
   args.a = low;
   args.b = high;
   args.seed = gen.seed();

@@ -23,6 +23,7 @@ Tensor tensor(const std::vector<int64_t>& values, const Shape& shape, DType dtyp
 Tensor full(const Shape& shape, double value, DType dtype = DType::F32, const Device& device = Device::cpu());
 Tensor zeros(const Shape& shape, DType dtype = DType::F32, const Device& device = Device::cpu());
 Tensor ones(const Shape& shape, DType dtype = DType::F32, const Device& device = Device::cpu());
+// Shape, dtype, device and memory format of `like`.
 Tensor zeros_like(const Tensor& like);
 Tensor ones_like(const Tensor& like);
 // [start, start + step, ...) below end, as torch.arange.

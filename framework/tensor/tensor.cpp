@@ -51,7 +51,53 @@ void* Tensor::data_ptr() const {
 
 backend::TensorRef Tensor::ref() const {
   const TensorImpl& impl = impl_ref();
+  DEMI_INTERNAL_CHECK(impl.memory_format == MemoryFormat::Contiguous, "a channels_last tensor of shape ", impl.shape,
+                      " reached a kernel that reads the NCHW order; its op must convert it (contiguous()) first");
   return backend::TensorRef{data_ptr(), impl.shape, impl.dtype};
+}
+
+backend::TensorRef Tensor::storage_ref() const {
+  const TensorImpl& impl = impl_ref();
+  if (impl.memory_format == MemoryFormat::ChannelsLast) {
+    return backend::TensorRef{data_ptr(), channels_last_storage_shape(impl.shape), impl.dtype};
+  }
+  return backend::TensorRef{data_ptr(), impl.shape, impl.dtype};
+}
+
+namespace detail {
+backend::TensorRef storage_ref_like(const Tensor& t, const Tensor& like) {
+  const MemoryFormat format = like.suggest_memory_format();
+  if (!t.is_contiguous(format)) {
+    NoGradGuard no_grad;
+    const Tensor value = t.contiguous(format);
+    TensorImpl& impl = t.impl_ref();
+    const MemoryCategory category = impl.storage->category();
+    impl.storage = value.impl_ref().storage;
+    impl.offset = value.impl_ref().offset;
+    impl.memory_format = value.impl_ref().memory_format;
+    impl.storage->bump_version();
+    t.set_memory_category(category);
+  }
+  return t.storage_ref();
+}
+}  // namespace detail
+
+MemoryFormat Tensor::suggest_memory_format() const { return impl_ref().memory_format; }
+
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  DEMI_CHECK(format != MemoryFormat::Preserve, "is_contiguous: preserve_format is not a memory format a tensor "
+             "is stored in; ask for Contiguous or ChannelsLast");
+  if (format == MemoryFormat::ChannelsLast && dim() != 4) return false;
+  return format == impl_ref().memory_format || !channels_last_differs(shape());
+}
+
+Tensor Tensor::contiguous(MemoryFormat format) const {
+  DEMI_CHECK(format != MemoryFormat::Preserve, "contiguous: preserve_format keeps the format it is given; ask for "
+             "MemoryFormat::Contiguous or MemoryFormat::ChannelsLast");
+  DEMI_CHECK(format != MemoryFormat::ChannelsLast || dim() == 4, "contiguous(ChannelsLast): needs a 4-D tensor "
+             "[N, C, H, W], got shape ", shape());
+  if (is_contiguous(format)) return *this;
+  return ops::to_memory_format(*this, format);
 }
 
 Tensor Tensor::to(DType dtype) const { return dtype == this->dtype() ? *this : ops::cast(*this, dtype); }
@@ -108,6 +154,7 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
   impl->shape = self.shape;
   impl->shape[0] = end - begin;
   impl->dtype = self.dtype;
+  impl->memory_format = self.memory_format;  // N is outermost in both formats
   impl->offset = self.offset + static_cast<size_t>(begin * (numel() / std::max<int64_t>(rows, 1))) * dtype_size(self.dtype);
   return Tensor(std::move(impl));
 }
@@ -125,6 +172,7 @@ Tensor Tensor::detach() const {
   impl->offset = self.offset;
   impl->shape = self.shape;
   impl->dtype = self.dtype;
+  impl->memory_format = self.memory_format;
   return Tensor(std::move(impl));
 }
 
@@ -177,20 +225,26 @@ void Tensor::copy_to_host_as(DType dtype, void* out) const {
   // A device tensor's copy to the host counts itself (the backend's copy_to_host); a CPU one's
   // read is counted here, as the same read would be on a GPU.
   if (device().is_cpu()) backend::note_host_read("item() / to_vector()");
-  Tensor host = to(Device::cpu()).to(dtype);
+  Tensor host = to(Device::cpu()).to(dtype).contiguous();  // the values in the shape's order
   if (host.nbytes() == 0) return;  // out may be null then (an empty vector's data()), which memcpy may not take
   std::memcpy(out, host.data_ptr(), host.nbytes());
 }
 
-Tensor empty(const Shape& shape, DType dtype, const Device& device) {
+Tensor empty(const Shape& shape, DType dtype, const Device& device, MemoryFormat format) {
   for (int64_t d : shape) DEMI_CHECK(d >= 0, "empty: negative extent in shape ", shape);
+  DEMI_CHECK(format != MemoryFormat::ChannelsLast || shape.size() == 4, "empty: channels_last needs a 4-D shape "
+             "[N, C, H, W], got ", shape);
+  DEMI_CHECK(format != MemoryFormat::Preserve, "empty: preserve_format needs a tensor to preserve; use empty_like");
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = dtype;
+  if (channels_last_differs(shape)) impl->memory_format = format;
   impl->storage = std::make_shared<Storage>(device, static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
   return Tensor(std::move(impl));
 }
-Tensor empty_like(const Tensor& like) { return empty(like.shape(), like.dtype(), like.device()); }
-Tensor empty_like(const Tensor& like, DType dtype) { return empty(like.shape(), dtype, like.device()); }
+Tensor empty_like(const Tensor& like) { return empty_like(like, like.dtype()); }
+Tensor empty_like(const Tensor& like, DType dtype) {
+  return empty(like.shape(), dtype, like.device(), like.suggest_memory_format());
+}
 
 }  // namespace demi

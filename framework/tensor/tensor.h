@@ -1,5 +1,5 @@
-// demi::Tensor: a reference-counted handle to contiguous row-major storage with a shape, dtype
-// and device, plus the autograd fields (requires_grad, grad, grad_fn). Copies of a Tensor share
+// demi::Tensor: a reference-counted handle to dense storage with a shape, dtype, device and memory
+// format (row-major, or NHWC for a channels_last 4-D tensor), plus the autograd fields (requires_grad, grad, grad_fn). Copies of a Tensor share
 // everything, as in PyTorch; views (reshape, slice) share storage.
 #pragma once
 
@@ -16,6 +16,7 @@
 #include "framework/core/device.h"
 #include "framework/core/dtype.h"
 #include "framework/core/error.h"
+#include "framework/core/memory_format.h"
 #include "framework/core/shape.h"
 
 namespace demi {
@@ -74,8 +75,21 @@ class Tensor {
                DTypeOf<T>::value, "; use to(DType) first");
     return static_cast<T*>(data_ptr());
   }
-  // Non-owning view for the backend kernels.
+  // Non-owning view for the backend kernels, in the shape's order. A channels_last tensor has none:
+  // an op that takes one either reads its storage order (storage_ref) or converts it first.
   backend::TensorRef ref() const;
+  // The storage as a row-major tensor: the shape [N, H, W, C] for channels_last, else ref(). For
+  // kernels that do not care about the order (element-wise ops, optimizers, fills).
+  backend::TensorRef storage_ref() const;
+
+  // Memory format of a 4-D tensor (framework/core/memory_format.h); the shape is [N, C, H, W] in
+  // both. suggest_memory_format() is the format the tensor is stored in; is_contiguous(f) is true
+  // when it is stored in f (both, for a 4-D tensor with one channel or one pixel).
+  MemoryFormat suggest_memory_format() const;
+  bool is_contiguous(MemoryFormat format = MemoryFormat::Contiguous) const;
+  // The same values stored in `format` (differentiable; *this when already so): contiguous() for
+  // row-major, contiguous(MemoryFormat::ChannelsLast) for NHWC.
+  Tensor contiguous(MemoryFormat format = MemoryFormat::Contiguous) const;
 
   // Conversions (differentiable; a no-op returns *this).
   Tensor to(DType dtype) const;
@@ -217,6 +231,8 @@ struct TensorImpl {
   size_t offset = 0;  // bytes from storage->data()
   Shape shape;
   DType dtype = DType::F32;
+  // ChannelsLast only where the two orders differ (channels_last_differs(shape)).
+  MemoryFormat memory_format = MemoryFormat::Contiguous;
   bool requires_grad = false;
   Tensor grad;
   std::shared_ptr<autograd::Node> grad_fn;            // set on results of recorded ops
@@ -224,10 +240,20 @@ struct TensorImpl {
   std::vector<std::pair<int, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
 };
 
-// A tensor of `shape` with uninitialised contents.
-Tensor empty(const Shape& shape, DType dtype = DType::F32, const Device& device = Device::cpu());
+// A tensor of `shape` with uninitialised contents, stored in `format` (ChannelsLast: 4-D shapes).
+Tensor empty(const Shape& shape, DType dtype = DType::F32, const Device& device = Device::cpu(),
+             MemoryFormat format = MemoryFormat::Contiguous);
+// Shape, device and memory format of `like` (as PyTorch's memory_format=torch.preserve_format).
 Tensor empty_like(const Tensor& like);
 Tensor empty_like(const Tensor& like, DType dtype);
+
+namespace detail {
+// For element-wise kernels over tensors that must share one order (an optimizer's parameter,
+// gradient and state; a gradient and its unscaled copy): stores t in like's memory format, in place
+// (t keeps its identity: a state made before Module::to(MemoryFormat) follows it), and returns
+// t.storage_ref().
+backend::TensorRef storage_ref_like(const Tensor& t, const Tensor& like);
+}  // namespace detail
 
 // Prints shape, dtype, device and values (summarised with ... beyond 1000 elements).
 std::ostream& operator<<(std::ostream& out, const Tensor& t);

@@ -66,6 +66,7 @@ std::map<std::string, std::function<Tensor()>> op_calls() {
       {"expand", [=] { return expand(v.reshape({4, 1, 5}), {4, 3, 5}); }},
       {"scaled_dot_product_attention", [=] { return scaled_dot_product_attention(x, x, x); }},
       {"layer_norm", [=] { return layer_norm(v, {5}, ones({5}), zeros({5})); }},
+      {"contiguous", [=] { return x.contiguous(MemoryFormat::ChannelsLast); }},
   };
 }
 
@@ -96,7 +97,7 @@ TEST(Autocast, CategoriesFollowPyTorchsLists) {
   for (const char* op : {"batch_norm", "batch_norm_relu", "batch_norm_gelu", "relu", "gelu", "max_pool2d", "avg_pool2d"})
     EXPECT_EQ(amp::autocast_category(op), Category::Unchanged) << op;
   for (const char* op : {"dropout", "embedding"}) EXPECT_EQ(amp::autocast_category(op), Category::Unchanged) << op;
-  for (const char* op : {"abs", "amax", "amin", "max_dim", "min_dim", "permute", "expand"})
+  for (const char* op : {"abs", "amax", "amin", "max_dim", "min_dim", "permute", "expand", "contiguous"})
     EXPECT_EQ(amp::autocast_category(op), Category::Unchanged) << op;
   EXPECT_EQ(amp::autocast_category("where"), Category::Promote);  // two floating values: the wider
   EXPECT_EQ(amp::autocast_category("layer_norm"), Category::Fp32);

@@ -171,6 +171,15 @@ std::vector<GradCase> cases() {
        [](auto& in) { return layer_norm(in[0], {3, 5}, in[1], in[2], 1e-3); }},
       {"layer_norm_weight_only", "layer_norm", {{3, 8}, {8}}, [](auto& in) { return layer_norm(in[0], {8}, in[1]); }},
       {"layer_norm_no_affine", "layer_norm", {{5, 7}}, [](auto& in) { return layer_norm(in[0], {7}); }},
+      // channels_last beside row-major operands: a per-channel [C, 1, 1] one read as it is, a
+      // [3, 4, 1] one converted, gradients summed back in NHWC order.
+      {"contiguous_channels_last", "contiguous", {{2, 3, 4, 5}, {3, 1, 1}, {2, 1, 4, 5}, {3, 4, 1}},
+       [](auto& in) {
+         const Tensor x = in[0].contiguous(MemoryFormat::ChannelsLast);
+         return gelu(x * in[1] - in[2]) + x.pow(2.0) * in[3];
+       }},
+      {"contiguous_back_to_rows", "contiguous", {{2, 3, 2, 2}},
+       [](auto& in) { return in[0].contiguous(MemoryFormat::ChannelsLast).contiguous().reshape({2, 12}); }},
   };
 }
 

@@ -117,6 +117,12 @@ std::vector<OpCase> cases() {
       // fp32 weight and bias beside half inputs (torch's mixed layer_norm); rows of 1100: a block each
       {"layer_norm", {{64, 33}, {33}, {33}}, [](auto& in) { return layer_norm(in[0], {33}, in[1], in[2]); }, false, 1},
       {"layer_norm", {{2, 4, 1100}, {4, 1100}}, [](auto& in) { return layer_norm(in[0], {4, 1100}, in[1]); }},
+      // channels_last on the device: conversions both ways, element-wise ops beside row-major operands
+      {"contiguous", {{2, 5, 6, 7}, {5, 1, 1}},
+       [](auto& in) {
+         const Tensor x = in[0].contiguous(MemoryFormat::ChannelsLast);
+         return (relu(x * in[1]) + in[0]).contiguous();
+       }},
   };
 }
 
