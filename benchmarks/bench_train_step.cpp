@@ -2,7 +2,8 @@
 // cct4) per precision, device and batch, timed by crosscheck/torch_train_step.py's rule so the two
 // compare side by side, with peak memory by category and the saved-activation peak (the fp16/bf16
 // <= 0.55x fp32 target); --checkpoint-activations off,on also times each row with every top-level
-// block checkpointed and prints what that saves and costs.
+// block checkpointed and prints what that saves and costs; --memory-format contiguous,channels_last
+// times each row in both memory formats.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <utility>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -37,6 +39,7 @@ struct Config {
   std::vector<std::string> precisions{"fp32", "bf16", "fp16"};
   std::vector<std::string> devices{"cpu", "cuda"};
   std::vector<std::string> checkpoint{"off"};  // "on": each top-level block checkpointed
+  std::vector<std::string> memory_formats{"contiguous"};  // "channels_last": weights and images NHWC
   int threads = 2;
   std::string json_path;
   bool profile = false;
@@ -46,6 +49,7 @@ struct Row {
   std::string net, device, precision;
   int64_t batch = 0;
   bool checkpointed = false;
+  bool channels_last = false;
   double median_s = 0, min_s = 0, max_s = 0;
   int64_t saved_peak = 0;  // autograd's saved tensors, each storage once
   MemoryReport memory;     // peaks by category over the timed steps
@@ -82,10 +86,11 @@ std::string unusable_reason(const std::string& kind) {
 
 // One (net, device, precision, batch): warm-up steps, then `steps` timed ones.
 Row run_row(const Config& c, const std::string& net, const Device& device, const std::string& precision,
-            int64_t batch, bool checkpointed) {
+            int64_t batch, bool checkpointed, bool channels_last) {
   Row row;
   row.net = net;
   row.checkpointed = checkpointed;
+  row.channels_last = channels_last;
   row.device = device.str();
   row.precision = precision;
   row.batch = batch;
@@ -102,6 +107,8 @@ Row run_row(const Config& c, const std::string& net, const Device& device, const
   model->to(device);
   model->train();
   if (checkpointed) train::checkpoint_top_level_blocks(*model, train::from_name<train::ModelKind>(net));
+  const MemoryFormat format = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  model->to(format);
   optim::SGD::Options o;
   o.lr = 0.01;
   o.momentum = 0.9;
@@ -116,7 +123,7 @@ Row run_row(const Config& c, const std::string& net, const Device& device, const
   to.dtype = dtype_of(precision);
   training::TrainStep train_step(opt, scaler, to);
 
-  const Tensor x = randn({batch, 3, 32, 32}, gen, DType::F32, device);
+  const Tensor x = randn({batch, 3, 32, 32}, gen, DType::F32, device).contiguous(format);
   std::mt19937_64 rng(0);
   std::uniform_int_distribution<int64_t> label(0, 9);
   std::vector<int64_t> labels(static_cast<size_t>(batch));
@@ -162,14 +169,15 @@ void print_header() {
             << " |" << std::setw(8) << "params" << std::setw(8) << "grads" << std::setw(8) << "optim" << std::setw(8)
             << "master" << std::setw(9) << "other" << std::setw(9) << "alloc" << std::setw(9) << "reserved" << "\n";
   std::cout << std::setw(75) << "" << "   peak MB; saved: autograd's saved tensors (x fp32: over the fp32 row"
-            << " above); alloc, reserved: the allocator's; +ckpt: activations checkpointed\n";
+            << " above); alloc, reserved: the allocator's; +ckpt: activations checkpointed; +cl: channels_last\n";
 }
 
 // `fp32_saved`: the saved-activation peak of the fp32 row with the same net, device and batch (0: none).
 void print_row(const Row& r, int64_t fp32_saved) {
   std::ostringstream ratio;
   if (fp32_saved > 0) ratio << std::fixed << std::setprecision(2) << static_cast<double>(r.saved_peak) / fp32_saved;
-  std::cout << std::left << std::setw(12) << (r.checkpointed ? r.net + "+ckpt" : r.net) << std::setw(7) << r.device << std::setw(6) << r.precision
+  const std::string name = r.net + (r.checkpointed ? "+ckpt" : "") + (r.channels_last ? "+cl" : "");
+  std::cout << std::left << std::setw(12) << name << std::setw(7) << r.device << std::setw(6) << r.precision
             << std::right << std::setw(6) << r.batch << std::fixed << std::setprecision(1) << std::setw(10)
             << static_cast<double>(r.batch) / r.median_s << std::setw(10) << 1e3 * r.median_s << std::setw(9)
             << 1e3 * r.min_s << std::setw(9) << 1e3 * r.max_s << " |" << std::setw(9) << mb(r.saved_peak)
@@ -202,6 +210,7 @@ json row_json(const Row& r) {
             {"precision", r.precision},
             {"batch", r.batch},
             {"checkpoint_activations", r.checkpointed},
+            {"channels_last", r.channels_last},
             {"median_s", r.median_s},
             {"min_s", r.min_s},
             {"max_s", r.max_s},
@@ -220,6 +229,33 @@ json row_json(const Row& r) {
     j["profile"] = {{"step_ms", r.profile_step_ms}, {"entries", rows}};
   }
   return j;
+}
+
+// The rows of one (net, device, precision, batch, format): one per --checkpoint-activations mode,
+// printed and added to `out` as they finish; returns how many failed.
+int run_rows(const Config& c, const std::string& net, const Device& device, const std::string& precision, int64_t batch,
+             bool channels_last, std::map<std::pair<bool, bool>, int64_t>& fp32_saved, json& out) {
+  int failures = 0;
+  std::map<bool, Row> rows;
+  for (const std::string& mode : c.checkpoint) {
+    const bool checkpointed = mode == "on";
+    int64_t& fp32 = fp32_saved[{checkpointed, channels_last}];
+    try {
+      const Row& r = rows[checkpointed] = run_row(c, net, device, precision, batch, checkpointed, channels_last);
+      if (precision == "fp32") fp32 = r.saved_peak;
+      print_row(r, precision == "fp32" ? 0 : fp32);
+      out["rows"].push_back(row_json(r));
+    } catch (const Error& e) {  // e.g. an op the CUDA backend lacks: say so, go on
+      std::cout << net << " " << device << " " << precision << " batch " << batch << ": failed: " << e.what()
+                << std::endl;
+      out["rows"].push_back({{"net", net}, {"device", device.str()}, {"precision", precision}, {"batch", batch},
+                             {"checkpoint_activations", checkpointed}, {"channels_last", channels_last},
+                             {"error", e.what()}});
+      ++failures;
+    }
+  }
+  if (rows.size() == 2) print_checkpoint_ratios(rows[false], rows[true]);
+  return failures;
 }
 
 int run(const Config& c) {
@@ -253,25 +289,12 @@ int run(const Config& c) {
   for (const Device& device : devices) {
     for (const std::string& net : c.nets) {
       for (int64_t batch : c.batches) {
-        std::map<bool, int64_t> fp32_saved;  // by checkpointing on / off
+        // fp32's saved-activation peak, by checkpointing and format, for the half rows' ratio
+        std::map<std::pair<bool, bool>, int64_t> fp32_saved;
         for (const std::string& precision : c.precisions) {
-          std::map<bool, Row> rows;
-          for (const std::string& mode : c.checkpoint) {
-            const bool checkpointed = mode == "on";
-            try {
-              const Row& r = rows[checkpointed] = run_row(c, net, device, precision, batch, checkpointed);
-              if (precision == "fp32") fp32_saved[checkpointed] = r.saved_peak;
-              print_row(r, precision == "fp32" ? 0 : fp32_saved[checkpointed]);
-              out["rows"].push_back(row_json(r));
-            } catch (const Error& e) {  // e.g. an op the CUDA backend lacks: say so, go on
-              std::cout << net << " " << device << " " << precision << " batch " << batch << ": failed: " << e.what()
-                        << std::endl;
-              out["rows"].push_back({{"net", net}, {"device", device.str()}, {"precision", precision},
-                                     {"batch", batch}, {"checkpoint_activations", checkpointed}, {"error", e.what()}});
-              ++failures;
-            }
+          for (const std::string& format : c.memory_formats) {
+            failures += run_rows(c, net, device, precision, batch, format == "channels_last", fp32_saved, out);
           }
-          if (rows.size() == 2) print_checkpoint_ratios(rows[false], rows[true]);
         }
       }
     }
@@ -311,6 +334,9 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-activations", c.checkpoint, "off, on (each top-level block checkpointed, as "
                  "train_cifar --checkpoint-activations); off,on times both and prints their ratios")
       ->delimiter(',')->check(CLI::IsMember({"off", "on"}))->capture_default_str();
+  app.add_option("--memory-format", c.memory_formats, "contiguous, channels_last (weights and images NHWC, as "
+                 "train_cifar --channels-last); contiguous,channels_last times both")
+      ->delimiter(',')->check(CLI::IsMember({"contiguous", "channels_last"}))->capture_default_str();
   app.add_flag("--profile", c.profile, "after each row, profile one more step: time per op and backward node");
   try {
     app.parse(argc, argv);

@@ -159,6 +159,7 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& c, const Device& dev
   std::shared_ptr<nn::Module> model = make_recipe_model(c, gen, train_set);
   model->to(device);
   if (c.half_params) model->to(compute_dtype(c.precision));  // BatchNorm stays fp32
+  if (c.channels_last) model->to(MemoryFormat::ChannelsLast);
   if (c.checkpoint_activations) checkpoint_top_level_blocks(*model, c.model);
   return model;
 }

@@ -13,6 +13,7 @@
 #include "framework/core/device.h"
 #include "framework/core/dtype.h"
 #include "framework/core/error.h"
+#include "framework/core/memory_format.h"
 #include "framework/optim/optimizer.h"
 
 namespace demi::train {
@@ -55,6 +56,7 @@ struct TrainerConfig {
   double clip = 0.0;
   int accum = 1;
   bool checkpoint_activations = false;  // each top-level block of the model recomputed in backward
+  bool channels_last = false;           // model weights and input batches stored NHWC
   uint64_t seed = 0;
   std::string out_dir = "runs/latest";
   std::string resume_dir;
@@ -76,6 +78,10 @@ inline bool is_cct(ModelKind model) { return model == ModelKind::Cct7 || model =
 
 // The compute dtype of a precision: float32, float16 or bfloat16.
 DType compute_dtype(Precision precision);
+// The memory format the input batches take: ChannelsLast under --channels-last.
+inline MemoryFormat input_format(const TrainerConfig& c) {
+  return c.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+}
 
 // ---- names <-> enums -------------------------------------------------------------------------
 

@@ -14,8 +14,9 @@ namespace {
 // plain logits of the batch: level 1 adds the mirror image; level 2 also the images moved one
 // pixel down-right and up-left (reflected borders), each with its mirror: 0.5 * mirrored pair +
 // 0.25 * each translated pair.
-Tensor tta_logits(nn::Module& model, const Tensor& images, const Tensor& plain, const Device& device, int tta) {
-  auto logits = [&](const Tensor& x) { return model(x.to(device)).to(DType::F32); };
+Tensor tta_logits(nn::Module& model, const Tensor& images, const Tensor& plain, const Device& device, int tta,
+                  MemoryFormat format) {
+  auto logits = [&](const Tensor& x) { return model(x.to(device).contiguous(format)).to(DType::F32); };
   auto with_mirror = [&](const Tensor& x) { return (logits(x) + logits(data::mirror(x))) * 0.5; };
   const Tensor mirrored_pair = (plain + logits(data::mirror(images))) * 0.5;
   if (tta == 1) return mirrored_pair;
@@ -37,7 +38,7 @@ int64_t count_correct(const Tensor& logits, const std::vector<int64_t>& labels) 
 }
 
 Accuracy evaluate(nn::Module& model, data::DataLoader& loader, const Device& device, DType dtype,
-                  dist::ProcessGroup* group, int tta) {
+                  dist::ProcessGroup* group, int tta, MemoryFormat format) {
   NoGradGuard no_grad;
   // Every rank evaluates rank 0's running statistics: the model the checkpoint holds.
   if (group) dist::broadcast_buffers(*group, model);
@@ -48,11 +49,11 @@ Accuracy evaluate(nn::Module& model, data::DataLoader& loader, const Device& dev
   data::Batch batch;
   int64_t correct = 0, correct_augmented = 0, total = 0;
   while (loader.next(batch)) {
-    const Tensor plain = model(batch.images.to(device)).to(DType::F32);
+    const Tensor plain = model(batch.images.to(device).contiguous(format)).to(DType::F32);
     const std::vector<int64_t> y = batch.labels.to_vector<int64_t>();
     const int64_t right = count_correct(plain, y);
     correct += right;
-    correct_augmented += tta > 0 ? count_correct(tta_logits(model, batch.images, plain, device, tta), y) : right;
+    correct_augmented += tta > 0 ? count_correct(tta_logits(model, batch.images, plain, device, tta, format), y) : right;
     total += static_cast<int64_t>(y.size());
   }
   model.train();

@@ -20,8 +20,9 @@ struct Accuracy {
 // Accuracy of `model` on `loader` (one pass; with tta > 0 the augmented views are scored beside
 // the plain ones: 1 adds the mirror image, 2 also the one-pixel translations). Data parallel: each
 // rank scores its shard with rank 0's buffers and the counts are summed over `group`.
+// `format`: how the images reach the model (ChannelsLast for a model converted with to(ChannelsLast)).
 Accuracy evaluate(nn::Module& model, data::DataLoader& loader, const Device& device, DType dtype,
-                  dist::ProcessGroup* group, int tta = 0);
+                  dist::ProcessGroup* group, int tta = 0, MemoryFormat format = MemoryFormat::Contiguous);
 
 // How many of a batch's rows have their largest logit at the label.
 int64_t count_correct(const Tensor& logits, const std::vector<int64_t>& labels);

@@ -156,7 +156,7 @@ bool FitLoop::train_epoch(int epoch) {
 PendingStep FitLoop::take_step(const data::Batch& batch) {
   PendingStep result;
   result.start = Clock::now();
-  const Tensor images = batch.images.to(env_.device), labels = batch.labels.to(env_.device);
+  const Tensor images = batch.images.to(env_.device).contiguous(input_format(c_)), labels = batch.labels.to(env_.device);
   const int64_t micro = images.size(0) / c_.accum;
   nn::Module& net = parts_.net();
   result.r = train_step_.run([&](int i) {
@@ -250,7 +250,8 @@ void FitLoop::finish_epoch(int epoch, const EpochTotals& e) {
   const bool last_epoch = epoch + 1 == c_.epochs;
   if (parts_.lookahead && lookahead_started(progress_.step, parts_.steps)) parts_.lookahead->update(1.0);
   const Accuracy scores =
-      evaluate(*parts_.model, *data_.test, env_.device, env_.dtype, env_.group.get(), last_epoch ? c_.tta : 0);
+      evaluate(*parts_.model, *data_.test, env_.device, env_.dtype, env_.group.get(), last_epoch ? c_.tta : 0,
+               input_format(c_));
   result_.plain_accuracy = scores.plain;
   result_.accuracy = scores.augmented;
   progress_.best_accuracy = std::max({progress_.best_accuracy, scores.augmented, scores.plain});

@@ -81,7 +81,7 @@ double run_evaluation(const TrainerConfig& c) {
     const Progress progress = restore_weights(c.resume_dir, c, *model);
     console.resumed(c.resume_dir, progress.epochs_done, progress.step);
   }
-  const double accuracy = evaluate(*model, *data.test, env.device, env.dtype, env.group.get(), c.tta).augmented;
+  const double accuracy = evaluate(*model, *data.test, env.device, env.dtype, env.group.get(), c.tta, input_format(c)).augmented;
   console.test_accuracy(accuracy, c.tta);
   return accuracy;
 }

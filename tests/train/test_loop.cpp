@@ -1,7 +1,8 @@
 // The fit loop on synthetic images (no CIFAR-10): a run writes its metrics, summary, report and
 // checkpoint and prints its lines; a run stopped by --max-steps inside an epoch and resumed ends
 // bit for bit where the uninterrupted run ends, logging each step once; the non-finite guard stops
-// a run after --max-nonfinite-steps bad steps in a row; --checkpoint-activations trains the same weights.
+// a run after --max-nonfinite-steps bad steps in a row; --checkpoint-activations and --channels-last
+// train the same weights.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -112,6 +113,23 @@ TEST(FitLoop, CheckpointedActivationsTrainTheSameWeights) {
   const auto b = load_safetensors((checkpointed.path / "model.safetensors").string());
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) EXPECT_EQ(t.to_vector<double>(), b.at(name).to_vector<double>()) << name;
+}
+
+// --channels-last (weights and images NHWC) in fp16 with the GradScaler: the plain run's weights,
+// saved in the shape's order.
+TEST(FitLoop, ChannelsLastTrainsTheSameWeights) {
+  const test::TempDir plain("demi_loop_plain_"), channels_last("demi_loop_channels_last_");
+  train::TrainerConfig c = small_run(plain.path);
+  c.epochs = 1;
+  c.precision = train::Precision::Fp16;
+  train_synthetic(c);
+  c.out_dir = channels_last.path.string();
+  c.channels_last = true;
+  EXPECT_THAT(train_synthetic(c), HasSubstr("fp16 channels_last on cpu"));
+  const auto wa = load_safetensors((plain.path / "model.safetensors").string());
+  const auto wb = load_safetensors((channels_last.path / "model.safetensors").string());
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, t] : wa) EXPECT_EQ(t.to_vector<double>(), wb.at(name).to_vector<double>()) << name;
 }
 
 // The steps between logging steps make no host read: the loop reads their results in one go at the
