@@ -23,8 +23,7 @@ Tensor clip_gradients_(const std::vector<Tensor>& grads, double max_norm) {
   // non-finite norm leaves the gradients as they are (factor 1) for the GradScaler to skip:
   // scaling by 0 or NaN would hide it.
   const Tensor coef = clamp(pow(norm + 1e-6, -1.0) * max_norm, std::nullopt, 1.0);
-  const Tensor finite = eq(norm - norm, 0.0);
-  const Tensor factor = where(finite, coef, 1.0);
+  const Tensor factor = where(isfinite(norm), coef, 1.0);
   for (const Tensor& g : grads) {
     const Tensor f = factor.to(g.device());
     // A half gradient is multiplied in fp32 and rounded once (mul_ would round the factor first).

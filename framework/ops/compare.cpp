@@ -1,7 +1,10 @@
-// Comparisons (eq, ne, lt, le, gt, ge): not differentiable, so not ops of the table; the result is a
-// uint8 mask of 0 and 1 (PyTorch's bool: demi has no bool dtype). Operands compare in their result
+// Comparisons (eq, ne, lt, le, gt, ge) and the element tests (isfinite, isnan, isinf): not
+// differentiable, so not ops of the table; the result is a uint8 mask of 0 and 1 (PyTorch's bool:
+// demi has no bool dtype). Operands compare in their result
 // type (PyTorch's promotion, 0-d tensors and scalars included); two integer tensors compare in
 // float64, exact for |values| < 2^53 (labels, indices).
+#include <limits>
+
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
@@ -39,6 +42,24 @@ Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(a, b)); }
 Tensor le(const Tensor& a, double b) { return le(a, scalar_like(a, b)); }
 Tensor gt(const Tensor& a, double b) { return gt(a, scalar_like(a, b)); }
 Tensor ge(const Tensor& a, double b) { return ge(a, scalar_like(a, b)); }
+
+// x - x is 0 exactly for a finite x and NaN for inf and NaN; NaN is the one value unequal to itself.
+Tensor isfinite(const Tensor& x) {
+  DEMI_CHECK(x.defined(), "isfinite: the input is undefined");
+  NoGradGuard no_grad;
+  if (!is_floating(x.dtype())) return full(x.shape(), 1.0, DType::U8, x.device());
+  return eq(x - x, 0.0);
+}
+Tensor isnan(const Tensor& x) {
+  DEMI_CHECK(x.defined(), "isnan: the input is undefined");
+  return ne(x, x);
+}
+Tensor isinf(const Tensor& x) {
+  DEMI_CHECK(x.defined(), "isinf: the input is undefined");
+  NoGradGuard no_grad;
+  if (!is_floating(x.dtype())) return zeros(x.shape(), DType::U8, x.device());
+  return eq(abs(x), std::numeric_limits<double>::infinity());
+}
 
 Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
 Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }

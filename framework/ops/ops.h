@@ -49,6 +49,11 @@ Tensor lt(const Tensor& a, double b);
 Tensor le(const Tensor& a, double b);
 Tensor gt(const Tensor& a, double b);
 Tensor ge(const Tensor& a, double b);
+// torch.isfinite / isnan / isinf: a uint8 mask per element (an integer tensor's elements are all
+// finite). Not differentiable.
+Tensor isfinite(const Tensor& x);
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
 Tensor operator==(const Tensor& a, const Tensor& b);
 Tensor operator!=(const Tensor& a, const Tensor& b);
 Tensor operator<(const Tensor& a, const Tensor& b);

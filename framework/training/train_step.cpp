@@ -13,12 +13,8 @@
 namespace demi::training {
 
 namespace {
-// 1 where x is inf or NaN, else 0, as float32 on x's device: x - x is 0 exactly for finite x and
-// NaN otherwise, and NaN != 0.
-Tensor non_finite(const Tensor& x) {
-  const Tensor x32 = x.to(DType::F32);
-  return ne(x32 - x32, 0.0).to(DType::F32);
-}
+// 1 where x is inf or NaN, else 0, as float32 on x's device.
+Tensor non_finite(const Tensor& x) { return eq(isfinite(x), 0.0).to(DType::F32); }
 }  // namespace
 
 TrainStep::TrainStep(optim::Optimizer& optimizer, amp::GradScaler& scaler, const Options& options,

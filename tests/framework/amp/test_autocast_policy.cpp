@@ -79,6 +79,9 @@ std::map<std::string, FunctionCase> function_cases() {
       // Not differentiable, no row: masks are uint8 and indices int64 whatever autocast does.
       {"eq", {"", [=](DType t) { return eq(v.to(t), w.slice(0, 4).to(t)); }, DType::U8}},
       {"ne", {"", [=](DType t) { return ne(v.to(t), 0.5); }, DType::U8}},
+      {"isfinite", {"", [=](DType t) { return isfinite(v.to(t)); }, DType::U8}},
+      {"isnan", {"", [=](DType t) { return isnan(v.to(t)); }, DType::U8}},
+      {"isinf", {"", [=](DType t) { return isinf(v.to(t)); }, DType::U8}},
       {"lt", {"", [=](DType t) { return lt(v.to(t), w.slice(0, 4).to(t)); }, DType::U8}},
       {"le", {"", [=](DType t) { return le(v.to(t), 0.5); }, DType::U8}},
       {"gt", {"", [=](DType t) { return gt(v.to(t), w.slice(0, 4).to(t)); }, DType::U8}},

@@ -144,6 +144,25 @@ TEST(TensorApi, ComparisonsGiveUint8MasksThatMixWithFloats) {
   EXPECT_THAT(error_of([&] { labels + labels; }), HasSubstr("both operands are integer tensors"));
 }
 
+TEST(TensorApi, IsfiniteIsnanIsinfTestEachElement) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor x = tensor({1.0f, -inf, inf, nan, 0.0f, -0.0f, 1e-40f, -3e38f}, {2, 4});
+  for (DType dtype : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
+    const Tensor h = x.to(dtype);  // -3e38 is -inf in fp16, finite in bf16
+    const float big = dtype == DType::F16 ? 0.0f : 1.0f;
+    EXPECT_EQ(isfinite(h).dtype(), DType::U8);
+    EXPECT_EQ(values(isfinite(h)), (std::vector<float>{1, 0, 0, 0, 1, 1, 1, big})) << dtype;
+    EXPECT_EQ(values(isnan(h)), (std::vector<float>{0, 0, 0, 1, 0, 0, 0, 0})) << dtype;
+    EXPECT_EQ(values(isinf(h)), (std::vector<float>{0, 1, 1, 0, 0, 0, 0, 1 - big})) << dtype;
+  }
+  const Tensor labels = tensor(std::vector<int64_t>{3, -1}, {2});
+  EXPECT_EQ(values(isfinite(labels)), (std::vector<float>{1, 1}));
+  EXPECT_EQ(values(isnan(labels)), (std::vector<float>{0, 0}));
+  EXPECT_EQ(values(isinf(labels)), (std::vector<float>{0, 0}));
+  const Tensor w = x.clone().requires_grad_();
+  EXPECT_FALSE(isfinite(w).requires_grad());  // a mask, not recorded
+}
+
 TEST(TensorApi, InPlaceWritesTheTensorsOwnStorage) {
   Tensor x = iota23();
   const Tensor alias = x;  // a copy of the handle sees the change
