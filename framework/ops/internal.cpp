@@ -64,6 +64,27 @@ void check_dim(const char* op, const char* what, const Tensor& t, int64_t dim, c
 
 namespace demi::ops {
 
+namespace {
+
+// PyTorch's CPU kernels keep a 0-d float32/float64 second operand of a product or a quotient
+// with a float16/bfloat16 tensor at its own precision ("a CPU scalar", read in opmath): x_half *
+// torch.tensor(1.0003) rounds once, where converting the scalar to x's dtype first would round
+// twice. Only there: s * x, x + s and x - s round the scalar first in PyTorch 2.15 as well.
+// Returns an undefined tensor where this does not apply.
+Tensor host_scalar_kernel(backend::BinaryKind kind, const Tensor& a, const Tensor& b, DType dtype) {
+  using backend::BinaryKind;
+  if (!is_half(dtype) || !b.device().is_cpu() || b.dim() != 0 || a.dim() == 0) return {};
+  if ((kind != BinaryKind::Mul && kind != BinaryKind::Div) || (b.dtype() != DType::F32 && b.dtype() != DType::F64)) {
+    return {};
+  }
+  const double s = b.dtype() == DType::F32 ? *static_cast<const float*>(b.data_ptr())
+                                            : *static_cast<const double*>(b.data_ptr());
+  return kind == BinaryKind::Mul ? unary_kernel(backend::UnaryKind::Affine, a, s, -0.0)  // -0 keeps x * s's -0
+                                 : unary_kernel(backend::UnaryKind::DivScalar, a, s);
+}
+
+}  // namespace
+
 Tensor binary_kernel(const char* op, backend::BinaryKind kind, const Tensor& a, const Tensor& b) {
   // One integer operand (a mask) joins a floating one, as in PyTorch; arithmetic on two integer
   // tensors is not demi's business.
@@ -71,6 +92,7 @@ Tensor binary_kernel(const char* op, backend::BinaryKind kind, const Tensor& a, 
              a.dtype(), " and ", b.dtype(), "); arithmetic needs a floating operand: convert one with .to(DType::F32)");
   check_same_device(op, a, b);
   const DType dtype = result_type(a.dtype(), a.dim(), b.dtype(), b.dim());
+  if (Tensor out = host_scalar_kernel(kind, a, b, dtype); out.defined()) return out;
   const Tensor ca = a.to(dtype), cb = b.to(dtype);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
   const MemoryFormat format = elementwise_format(shape, {&a, &b});

@@ -97,6 +97,23 @@ TEST(PyTorchEdges, ScalarProductsKeepNegativeZeroAndDivisionIsCorrectlyRounded) 
   EXPECT_EQ(y.to_vector<float>(), q) << "div_ as /";
 }
 
+TEST(PyTorchEdges, AFloat32ScalarTensorMultipliesAndDividesHalfTensorsAtItsOwnPrecision) {
+  // x * torch.tensor(1.0003) and x / torch.tensor(1.0003) on float16 x: the scalar is not
+  // rounded to float16 first (which would give 1000 in both). s * x, x + s and s - x do round
+  // it first in PyTorch (1000, 1000, 1000 below).
+  const Tensor x = tensor(repeat({1000.0f, 3.0f}), {67}, DType::F16);
+  const Tensor s = full({}, 1.0003), big = full({}, 1000.2), small = tensor(repeat({0.2f}), {67}, DType::F16);
+  EXPECT_EQ((x * s).dtype(), DType::F16);
+  expect_same((x * s).to_vector<float>(), repeat({1000.5f, 3.0f}), "x * s");
+  expect_same((x / s).to_vector<float>(), repeat({999.5f, 3.0f}), "x / s");
+  expect_same((s * x).to_vector<float>(), repeat({1000.0f, 3.0f}), "s * x");
+  expect_same((small + big).to_vector<float>(), repeat({1000.0f}), "x + s");
+  expect_same((big - small).to_vector<float>(), repeat({1000.0f}), "s - x");
+  // The gradient grad_y * s takes the same path: d(x * s)/dx at grad_y = 1000.
+  expect_same(grad_of(repeat({1.0f}), DType::F16, [&](const Tensor& t) { return t * s; }, 1000.0f), repeat({1000.5f}),
+              "grad of x * s");
+}
+
 TEST(PyTorchEdges, DivGradientOfTheDenominatorDividesTwice) {
   // grad_b = -gy * ((a / b) / b): 0 at a = 0 even where b * b underflows to 0 (0 / 0 was NaN).
   Tensor a = tensor(repeat({0.0f, 1.0f}), {67}).requires_grad_();
