@@ -12,6 +12,12 @@
 namespace demi::backend {
 namespace {
 
+// The one way a kernel could read NHWC bytes as NCHW: a backend without NHWC kernels handed the flag.
+void check_channels_last(const Kernels& k, bool channels_last, const char* op) {
+  DEMI_INTERNAL_CHECK(!channels_last || k.supports(KernelFamily::ChannelsLast), op, ": the ", k.device(),
+                      " backend has no channels_last kernels; the op should have passed contiguous tensors");
+}
+
 void check_fused_activation(const Kernels& k, BatchNormActivation activation) {
   DEMI_CHECK(activation != BatchNormActivation::Relu || k.supports(KernelFamily::BatchNormRelu), "batch_norm: the ",
              k.device(), " backend has no fused ReLU; call relu(batch_norm(...)) (demi::batch_norm_relu does so on "
@@ -52,26 +58,39 @@ void Kernels::gemm(const GemmArgs& args) {
   gemm_impl(args);
 }
 void Kernels::conv2d_forward(const Conv2dArgs& args) {
+  check_channels_last(*this, args.channels_last, "conv2d_forward");
   conv2d_forward_impl(args, check_conv2d(args, "conv2d_forward"));
 }
 void Kernels::conv2d_backward_data(const Conv2dArgs& args) {
+  check_channels_last(*this, args.channels_last, "conv2d_backward_data");
   conv2d_backward_data_impl(args, check_conv2d(args, "conv2d_backward_data"));
 }
 void Kernels::conv2d_backward_weight(const Conv2dArgs& args) {
+  check_channels_last(*this, args.channels_last, "conv2d_backward_weight");
   conv2d_backward_weight_impl(args, check_conv2d(args, "conv2d_backward_weight"));
 }
-void Kernels::pool2d_forward(const Pool2dArgs& args) { pool2d_forward_impl(args, check_pool2d(args, "pool2d_forward")); }
+void Kernels::pool2d_forward(const Pool2dArgs& args) {
+  check_channels_last(*this, args.channels_last, "pool2d_forward");
+  pool2d_forward_impl(args, check_pool2d(args, "pool2d_forward"));
+}
 void Kernels::pool2d_backward(const Pool2dArgs& args) {
+  check_channels_last(*this, args.channels_last, "pool2d_backward");
   pool2d_backward_impl(args, check_pool2d(args, "pool2d_backward"));
 }
 void Kernels::batch_norm_forward(const BatchNormArgs& args) {
   const BnGeom g = check_batch_norm_forward(args);
   check_fused_activation(*this, args.activation);
+  check_channels_last(*this, args.channels_last, "batch_norm_forward");
+  DEMI_INTERNAL_CHECK(!args.channels_last || args.activation == BatchNormActivation::None,
+                      "batch_norm_forward: channels_last with a fused activation");
   batch_norm_forward_impl(args, g);
 }
 void Kernels::batch_norm_backward(const BatchNormArgs& args) {
   const BnGeom g = check_batch_norm_backward(args);
   check_fused_activation(*this, args.activation);
+  check_channels_last(*this, args.channels_last, "batch_norm_backward");
+  DEMI_INTERNAL_CHECK(!args.channels_last || args.activation == BatchNormActivation::None,
+                      "batch_norm_backward: channels_last with a fused activation");
   batch_norm_backward_impl(args, g);
 }
 

@@ -89,18 +89,21 @@ struct GemmArgs {
 
 // 2-D convolution, NCHW, groups = 1, dilation = 1.
 // input [N, C, H, W], weight [O, C, KH, KW], output [N, O, OH, OW], bias [O] (optional), with
-// OH = (H + 2 * pad_h - KH) / stride_h + 1.
+// OH = (H + 2 * pad_h - KH) / stride_h + 1. channels_last (KernelFamily::ChannelsLast): the shapes
+// are the same, but input, weight and output are stored NHWC (weight as [O, KH, KW, C]).
 // forward:         reads input, weight, bias        -> writes output
 // backward_data:   reads output (= grad_y), weight  -> writes input (= grad_x)
 // backward_weight: reads input, output (= grad_y)   -> writes weight (= grad_w), bias (= grad_b) if given
 struct Conv2dArgs {
   TensorRef input, weight, output, bias;
   int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  bool channels_last = false;
 };
 
 // 2-D pooling, NCHW. Max pooling records, per output element, the argmax as an offset inside
 // its window (ky * KW + kx) in `indices` (U8 when KH * KW <= 256, else I64); average pooling
-// counts padding in the divisor (PyTorch's count_include_pad=True).
+// counts padding in the divisor (PyTorch's count_include_pad=True). channels_last
+// (KernelFamily::ChannelsLast): input, output and indices are stored NHWC under the same shapes.
 // forward:  reads input -> writes output (and indices for Max)
 // backward: reads output (= grad_y) and indices -> writes input (= grad_x)
 enum class PoolKind { Max, Avg };
@@ -108,6 +111,7 @@ struct Pool2dArgs {
   PoolKind kind = PoolKind::Max;
   TensorRef input, output, indices;
   int kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
+  bool channels_last = false;
 };
 
 // Batch normalisation over [N, C] or [N, C, H, W], per channel C. Statistics and affine
@@ -129,8 +133,11 @@ struct Pool2dArgs {
 //   y from input and activation_coef.
 enum class BatchNormMode { Train, Eval };
 enum class BatchNormActivation { None, Relu, Gelu };
+// channels_last (KernelFamily::ChannelsLast, activation None): the [N, C, H, W] tensors (input,
+//   output, grad_output, grad_input) are stored NHWC.
 struct BatchNormArgs {
   BatchNormMode mode = BatchNormMode::Train;
+  bool channels_last = false;
   TensorRef input, output, weight, bias, running_mean, running_var, save_mean, save_invstd;
   TensorRef grad_output, grad_input, grad_weight, grad_bias;
   double momentum = 0.1, eps = 1e-5;
@@ -317,6 +324,8 @@ enum class KernelFamily {
   Optimizer,    // sgd_step, adamw_step
   LossScaling,  // unscale_check_finite, update_scale
   Attention,    // attention_forward, attention_backward
+  // conv2d_*, pool2d_* and batch_norm_* (activation None) with channels_last set: NHWC storage.
+  ChannelsLast,
 };
 
 class Kernels {

@@ -9,6 +9,8 @@ namespace demi::backend::cpu {
 class CpuKernels final : public Kernels {
  public:
   Device device() const override { return Device::cpu(); }
+  // No NHWC kernels yet: ops hand the CPU contiguous tensors (one conversion at the op's edge).
+  bool supports(KernelFamily family) const override { return family != KernelFamily::ChannelsLast; }
 
   // memory.cpp
   void* raw_allocate(size_t bytes) override;

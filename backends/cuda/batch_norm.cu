@@ -3,6 +3,8 @@
 // few wide channels still fill the GPU; blocks write per-chunk sums in double and one warp per
 // channel adds them in a fixed order (deterministic, no atomics) before an element-wise pass.
 // Variance uses sums shifted by one of the channel's values, in double: no E[x^2] - E[x]^2 cancellation.
+// NHWC (channels_last) has sum kernels of its own, whose warps read 32 neighbouring channels of a row,
+// and element-wise passes; the per-channel steps are shared.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -110,17 +112,19 @@ struct NormalizeCoef {
   A mean_hi, mean_lo, scale, shift;
 };
 
-// Training: channel c's sums (bn_stats_part over all its values) -> mean, biased variance, save_*,
-// running stats (unbiased variance). Eval: the running stats. Returns the normalisation coefficients.
+// Training: channel c's sums (bn_stats_part over all its values, shifted by its value 0 = x[first])
+// -> mean, biased variance, save_*, running stats (unbiased variance). Eval: the running stats.
+// Returns the normalisation coefficients.
 template <typename T, typename S>
-__host__ __device__ inline NormalizeCoef<acc_t<T>> bn_forward_channel(double2 sum, const T* x, const BnShape& s,
-                                                                      const BnForwardParams<S>& p, int64_t c) {
+__host__ __device__ inline NormalizeCoef<acc_t<T>> bn_forward_channel(double2 sum, const T* x, int64_t first,
+                                                                      const BnShape& s, const BnForwardParams<S>& p,
+                                                                      int64_t c) {
   using A = acc_t<T>;
   double mean, invstd;
   if (p.train) {
     const double count = static_cast<double>(s.count);
     const double offset = sum.x / count;  // mean - shift
-    mean = static_cast<double>(widen(x[c * s.hw])) + offset;
+    mean = static_cast<double>(widen(x[first])) + offset;
     double var = (sum.y - sum.x * offset) / count;
     if (var < 0) var = 0;  // rounding of a (near) constant channel; a NaN stays NaN
     invstd = 1.0 / ::sqrt(var + p.eps);
@@ -150,11 +154,13 @@ __host__ __device__ inline NormalizeCoef<acc_t<T>> bn_forward_channel(double2 su
 // y = ((x - mean_hi) - mean_lo) * scale + shift, rounded once into T, over this thread's values of
 // a chunk of channel c; y may be x.
 template <typename T>
+__host__ __device__ inline T bn_normalize_one(T x, const NormalizeCoef<acc_t<T>>& k) {
+  return Narrow<T>::from(add_rn(mul_rn((widen(x) - k.mean_hi) - k.mean_lo, k.scale), k.shift));
+}
+template <typename T>
 __host__ __device__ inline void bn_normalize_part(const T* x, T* y, const BnShape& s, int64_t c, int64_t begin,
                                                   int64_t first, int64_t step, const NormalizeCoef<acc_t<T>>& k) {
-  for_each_in_chunk(s, c, begin, first, step, [&](int64_t a) {
-    y[a] = Narrow<T>::from(add_rn(mul_rn((widen(x[a]) - k.mean_hi) - k.mean_lo, k.scale), k.shift));
-  });
+  for_each_in_chunk(s, c, begin, first, step, [&](int64_t a) { y[a] = bn_normalize_one(x[a], k); });
 }
 
 // partials[c * chunks + b] = block b's bn_stats_part sums over channel c.
@@ -166,13 +172,14 @@ __global__ void bn_stats_kernel(const T* x, BnShape s, double2* partials) {
   if (threadIdx.x == 0) partials[int64_t(blockIdx.x) * s.chunks + blockIdx.y] = sum;
 }
 
-// coef[c] = bn_forward_channel of channel c = blockIdx.x; one 32-thread block per channel.
+// coef[c] = bn_forward_channel of channel c = blockIdx.x; one 32-thread block per channel. Channel
+// c's value 0 is x[c * hw], or x[c] in NHWC.
 template <typename T, typename S>
 __global__ void bn_forward_finalize_kernel(const double2* partials, const T* x, BnShape s,
-                                           BnForwardParams<S> p, NormalizeCoef<acc_t<T>>* coef) {
+                                           BnForwardParams<S> p, NormalizeCoef<acc_t<T>>* coef, bool nhwc) {
   const int64_t c = blockIdx.x;
   const double2 sum = p.train ? channel_sum(partials, c, s.chunks) : make_double2(0.0, 0.0);
-  if (threadIdx.x == 0) coef[c] = bn_forward_channel(sum, x, s, p, c);
+  if (threadIdx.x == 0) coef[c] = bn_forward_channel(sum, x, nhwc ? c : c * s.hw, s, p, c);
 }
 
 template <typename T>
@@ -236,13 +243,15 @@ __host__ __device__ inline GradCoef<acc_t<T>> bn_backward_channel(double2 sum, c
 // grad_x over this thread's values of a chunk of channel c, rounded once into T; grad_x may alias
 // x or grad_y.
 template <typename T>
+__host__ __device__ inline T bn_grad_input_one(T x, T grad_y, const GradCoef<acc_t<T>>& q) {
+  const acc_t<T> v = add_rn(mul_rn(widen(grad_y), q.k_g), mul_rn(widen(x) - q.mean, q.k_d));
+  return Narrow<T>::from(add_rn(v, q.k_0));
+}
+template <typename T>
 __host__ __device__ inline void bn_backward_input_part(const T* x, const T* grad_y, T* grad_x, const BnShape& s,
                                                        int64_t c, int64_t begin, int64_t first, int64_t step,
                                                        const GradCoef<acc_t<T>>& q) {
-  for_each_in_chunk(s, c, begin, first, step, [&](int64_t a) {
-    const acc_t<T> v = add_rn(mul_rn(widen(grad_y[a]), q.k_g), mul_rn(widen(x[a]) - q.mean, q.k_d));
-    grad_x[a] = Narrow<T>::from(add_rn(v, q.k_0));
-  });
+  for_each_in_chunk(s, c, begin, first, step, [&](int64_t a) { grad_x[a] = bn_grad_input_one(x[a], grad_y[a], q); });
 }
 
 template <typename T, typename S>
@@ -270,6 +279,82 @@ __global__ void bn_backward_input_kernel(const T* x, const T* grad_y, T* grad_x,
   bn_backward_input_part(x, grad_y, grad_x, s, blockIdx.x, begin, begin + threadIdx.x, blockDim.x, coef[blockIdx.x]);
 }
 
+// --- NHWC ----------------------------------------------------------------------------------------
+
+// Channel c's value e (e < count = N * H * W) is element e * C + c. The sum kernels run blocks of
+// kNhwcChannels neighbouring channels by kNhwcRows rows over a chunk of rows: a warp reads one
+// contiguous run of a row, each thread sums its channel over every kNhwcRows-th row of the chunk,
+// and the row sums meet in shared memory in a fixed order (deterministic, no atomics).
+constexpr int kNhwcChannels = 32, kNhwcRows = kThreads / kNhwcChannels;
+
+// The block's (sum a, sum b) per channel in the threadIdx.y == 0 row, each thread's part given.
+__device__ inline double2 sum_over_rows(double2 part) {
+  __shared__ double2 rows[kNhwcRows][kNhwcChannels];
+  rows[threadIdx.y][threadIdx.x] = part;
+  __syncthreads();
+  double2 sum = make_double2(0.0, 0.0);
+  if (threadIdx.y == 0) {
+    for (int r = 0; r < kNhwcRows; ++r) {
+      sum.x += rows[r][threadIdx.x].x;
+      sum.y += rows[r][threadIdx.x].y;
+    }
+  }
+  return sum;
+}
+
+// partials[c * chunks + chunk] = f's (sum a, sum b) over channel c's rows of chunk blockIdx.y, with
+// f(address, c) giving one value's (a, b); c = blockIdx.x * kNhwcChannels + threadIdx.x.
+template <typename F>
+__device__ inline void nhwc_chunk_sums(const BnShape& s, double2* partials, F&& f) {
+  const int64_t c = int64_t(blockIdx.x) * kNhwcChannels + threadIdx.x;
+  const int64_t begin = int64_t(blockIdx.y) * s.chunk_len;
+  const int64_t end = begin + s.chunk_len < s.count ? begin + s.chunk_len : s.count;
+  double2 part = make_double2(0.0, 0.0);
+  if (c < s.channels) {
+    for (int64_t e = begin + threadIdx.y; e < end; e += kNhwcRows) {
+      const double2 v = f(e * s.channels + c, c);
+      part.x += v.x;
+      part.y += v.y;
+    }
+  }
+  const double2 sum = sum_over_rows(part);
+  if (threadIdx.y == 0 && c < s.channels) partials[c * s.chunks + blockIdx.y] = sum;
+}
+
+// bn_stats_kernel's sums (d, d^2), d = x - (value 0 of channel c = x[c]).
+template <typename T>
+__global__ void bn_stats_nhwc_kernel(const T* x, BnShape s, double2* partials) {
+  nhwc_chunk_sums(s, partials, [x](int64_t a, int64_t c) {
+    const double d = static_cast<double>(widen(x[a])) - static_cast<double>(widen(x[c]));
+    return make_double2(d, d * d);
+  });
+}
+
+// bn_backward_stats_kernel's sums (g, g * (x - mean)).
+template <typename T, typename S>
+__global__ void bn_backward_stats_nhwc_kernel(const T* x, const T* grad_y, const S* save_mean, BnShape s,
+                                              double2* partials) {
+  nhwc_chunk_sums(s, partials, [=](int64_t a, int64_t c) {
+    const double mean = static_cast<double>(static_cast<acc_t<T>>(save_mean[c]));
+    const double g = static_cast<double>(widen(grad_y[a]));
+    return make_double2(g, g * (static_cast<double>(widen(x[a])) - mean));
+  });
+}
+
+// The element-wise passes over n = count * C elements, channel i % C.
+template <typename T>
+__global__ void bn_normalize_nhwc_kernel(const T* x, T* y, int64_t n, int64_t channels,
+                                         const NormalizeCoef<acc_t<T>>* coef) {
+  for (int64_t i = thread_index(); i < n; i += grid_width()) y[i] = bn_normalize_one(x[i], coef[i % channels]);
+}
+template <typename T>
+__global__ void bn_backward_input_nhwc_kernel(const T* x, const T* grad_y, T* grad_x, int64_t n, int64_t channels,
+                                              const GradCoef<acc_t<T>>* coef) {
+  for (int64_t i = thread_index(); i < n; i += grid_width()) {
+    grad_x[i] = bn_grad_input_one(x[i], grad_y[i], coef[i % channels]);
+  }
+}
+
 // --- Host side -----------------------------------------------------------------------------------
 
 template <typename S>
@@ -292,11 +377,20 @@ int64_t wanted_blocks(const CudaKernels& k, const BnGeom& g) {
   return k.blocks_for(std::max<int64_t>(1, g.c * g.count() / kItemsPerThread), kThreads);
 }
 
-// Splits each channel (C > 0) into chunks so that C * chunks covers `blocks`.
-BnShape chunk_shape(const BnGeom& g, int64_t blocks) {
-  const int64_t chunks = std::min(std::max<int64_t>((blocks + g.c - 1) / g.c, 1), kMaxChunks);
+// Splits each channel (C > 0) into chunks so that the sum kernels' grid covers `blocks`: C * chunks
+// blocks, or ceil(C / kNhwcChannels) * chunks in NHWC.
+BnShape chunk_shape(const BnGeom& g, int64_t blocks, bool nhwc) {
+  const int64_t columns = nhwc ? (g.c + kNhwcChannels - 1) / kNhwcChannels : g.c;
+  const int64_t chunks = std::min(std::max<int64_t>((blocks + columns - 1) / columns, 1), kMaxChunks);
   return {g.c, g.hw, g.count(), chunks, std::max<int64_t>(1, (g.count() + chunks - 1) / chunks)};
 }
+
+// The sum kernels' grid: a block per (channel, chunk), or per (kNhwcChannels channels, chunk).
+dim3 sums_grid(const BnShape& s, bool nhwc) {
+  const int64_t columns = nhwc ? (s.channels + kNhwcChannels - 1) / kNhwcChannels : s.channels;
+  return dim3(static_cast<unsigned>(columns), static_cast<unsigned>(s.chunks));
+}
+dim3 sums_block(bool nhwc) { return nhwc ? dim3(kNhwcChannels, kNhwcRows) : dim3(kThreads); }
 
 }  // namespace
 
@@ -312,14 +406,18 @@ void CudaKernels::batch_norm_forward_impl(const BatchNormArgs& args, const BnGeo
     using S = acc_t<T>;  // fp32 statistics for fp32 and half inputs, fp64 for fp64
     if (args.input.numel() == 0) return;  // eval only: training has count > 1
     const DeviceGuard guard(index_);
-    const BnShape s = chunk_shape(g, wanted_blocks(*this, g));
+    const bool nhwc = args.channels_last;
+    const BnShape s = chunk_shape(g, wanted_blocks(*this, g), nhwc);
     const size_t partial_bytes = train ? round_up(static_cast<size_t>(g.c * s.chunks) * sizeof(double2)) : 0;
     char* ws = static_cast<char*>(workspace(partial_bytes + static_cast<size_t>(g.c) * sizeof(NormalizeCoef<S>)));
     double2* partials = reinterpret_cast<double2*>(ws);
     NormalizeCoef<S>* coef = reinterpret_cast<NormalizeCoef<S>*>(ws + partial_bytes);
     const T* x = args.input.as<const T>();
-    const dim3 grid(static_cast<unsigned>(g.c), static_cast<unsigned>(s.chunks));
-    if (train) {
+    const dim3 grid = sums_grid(s, nhwc);
+    if (train && nhwc) {
+      bn_stats_nhwc_kernel<T><<<grid, sums_block(nhwc), 0, stream_>>>(x, s, partials);
+      DEMI_CUDA_LAUNCH_CHECK("bn_stats_nhwc_kernel");
+    } else if (train) {
       bn_stats_kernel<T><<<grid, kThreads, 0, stream_>>>(x, s, partials);
       DEMI_CUDA_LAUNCH_CHECK("bn_stats_kernel");
     }
@@ -328,8 +426,15 @@ void CudaKernels::batch_norm_forward_impl(const BatchNormArgs& args, const BnGeo
                                train ? data_or_null<S>(args.save_mean) : nullptr,
                                train ? data_or_null<S>(args.save_invstd) : nullptr,
                                args.momentum, args.eps, train};
-    bn_forward_finalize_kernel<T, S><<<static_cast<unsigned>(g.c), 32, 0, stream_>>>(partials, x, s, p, coef);
+    bn_forward_finalize_kernel<T, S><<<static_cast<unsigned>(g.c), 32, 0, stream_>>>(partials, x, s, p, coef, nhwc);
     DEMI_CUDA_LAUNCH_CHECK("bn_forward_finalize_kernel");
+    if (nhwc) {
+      const int64_t n = args.input.numel();
+      bn_normalize_nhwc_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(x, args.output.as<T>(), n, g.c,
+                                                                                     coef);
+      DEMI_CUDA_LAUNCH_CHECK("bn_normalize_nhwc_kernel");
+      return;
+    }
     bn_normalize_kernel<T><<<grid, kThreads, 0, stream_>>>(x, args.output.as<T>(), s, coef);
     DEMI_CUDA_LAUNCH_CHECK("bn_normalize_kernel");
   });
@@ -348,23 +453,37 @@ void CudaKernels::batch_norm_backward_impl(const BatchNormArgs& args, const BnGe
     if (g.c == 0 || !(wants_input || args.grad_weight.defined() || args.grad_bias.defined())) return;
     const DeviceGuard guard(index_);
     // count = 0 (an empty batch) still runs the sums: grad_weight and grad_bias become 0, as on the CPU.
-    const BnShape s = chunk_shape(g, wanted_blocks(*this, g));
+    const bool nhwc = args.channels_last;
+    const BnShape s = chunk_shape(g, wanted_blocks(*this, g), nhwc);
     const size_t partial_bytes = round_up(static_cast<size_t>(g.c * s.chunks) * sizeof(double2));
     char* ws = static_cast<char*>(workspace(partial_bytes + static_cast<size_t>(g.c) * sizeof(GradCoef<S>)));
     double2* partials = reinterpret_cast<double2*>(ws);
     GradCoef<S>* coef = reinterpret_cast<GradCoef<S>*>(ws + partial_bytes);
     const T* x = args.input.as<const T>();
     const T* grad_y = args.grad_output.as<const T>();
-    const dim3 grid(static_cast<unsigned>(g.c), static_cast<unsigned>(s.chunks));
-    bn_backward_stats_kernel<T, S><<<grid, kThreads, 0, stream_>>>(x, grad_y, args.save_mean.as<const S>(), s,
-                                                                    partials);
-    DEMI_CUDA_LAUNCH_CHECK("bn_backward_stats_kernel");
+    const dim3 grid = sums_grid(s, nhwc);
+    if (nhwc) {
+      bn_backward_stats_nhwc_kernel<T, S><<<grid, sums_block(nhwc), 0, stream_>>>(
+          x, grad_y, args.save_mean.as<const S>(), s, partials);
+      DEMI_CUDA_LAUNCH_CHECK("bn_backward_stats_nhwc_kernel");
+    } else {
+      bn_backward_stats_kernel<T, S><<<grid, kThreads, 0, stream_>>>(x, grad_y, args.save_mean.as<const S>(), s,
+                                                                      partials);
+      DEMI_CUDA_LAUNCH_CHECK("bn_backward_stats_kernel");
+    }
     const BnBackwardParams<S> p{data_or_null<const S>(args.weight), args.save_mean.as<const S>(),
                                 args.save_invstd.as<const S>(), data_or_null<S>(args.grad_weight),
                                 data_or_null<S>(args.grad_bias)};
     bn_backward_finalize_kernel<T, S><<<static_cast<unsigned>(g.c), 32, 0, stream_>>>(partials, s, p, coef);
     DEMI_CUDA_LAUNCH_CHECK("bn_backward_finalize_kernel");
     if (!wants_input) return;
+    if (nhwc) {
+      const int64_t n = args.input.numel();
+      bn_backward_input_nhwc_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
+          x, grad_y, args.grad_input.as<T>(), n, g.c, coef);
+      DEMI_CUDA_LAUNCH_CHECK("bn_backward_input_nhwc_kernel");
+      return;
+    }
     bn_backward_input_kernel<T><<<grid, kThreads, 0, stream_>>>(x, grad_y, args.grad_input.as<T>(), s, coef);
     DEMI_CUDA_LAUNCH_CHECK("bn_backward_input_kernel");
   });

@@ -1,4 +1,4 @@
-// CudaKernels::conv2d_*: NCHW convolution on cuDNN 9's legacy API (cudnnConvolutionForward /
+// CudaKernels::conv2d_*: NCHW and NHWC convolution on cuDNN 9's legacy API (cudnnConvolutionForward /
 // BackwardData / BackwardFilter): deprecated in 9 but supported, it covers the three passes for fp32,
 // fp16, bf16 (fp32 compute) and fp64 with per-shape algorithm search. The graph API is the path to
 // fused conv + bias + activation, the next step. Each (pass, shape, dtype, TF32, alignment) gets
@@ -6,7 +6,8 @@
 // deterministic algorithm that is accurate (no non-fused Winograd), so repeats reproduce bit for
 // bit. The bias is two kernels of ours: the interface allows a bias of any floating dtype (as the
 // CPU does), which cudnnAddTensor and cudnnConvolutionBackwardBias are not documented to take.
-// Built without cuDNN, every entry throws.
+// channels_last: the same calls on NHWC descriptors (cuDNN's tensor-core kernels read NHWC natively;
+// NCHW costs them a transpose). Built without cuDNN, every entry throws.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -52,17 +53,17 @@ enum class Pass { Forward, BackwardData, BackwardWeight };
 
 // One pass of one convolution shape: its descriptors and the algorithm Find chose.
 struct Plan {
-  TensorDesc input;   // x or grad_x [N, C, H, W]
+  TensorDesc input;   // x or grad_x [N, C, H, W] (stored NHWC for channels_last)
   TensorDesc output;  // y or grad_y [N, O, OH, OW]
-  FilterDesc weight;  // w or grad_w [O, C, KH, KW]
+  FilterDesc weight;  // w or grad_w [O, C, KH, KW] ([O, KH, KW, C])
   ConvDesc conv;      // padding, stride, compute type and the chosen algorithm's math type
   int algo = 0;       // the pass's cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   size_t workspace_bytes = 0;
 };
 
-// pass, dtype, N, C, H, W, O, KH, KW, stride_h, stride_w, pad_h, pad_w, tf32, and the alignment of
-// the three data pointers (an algorithm chosen on 256-byte aligned buffers may need it).
-using PlanKey = std::array<int64_t, 17>;
+// pass, dtype, N, C, H, W, O, KH, KW, stride_h, stride_w, pad_h, pad_w, tf32, channels_last, and
+// the alignment of the three data pointers (an algorithm chosen on 256-byte aligned buffers may need it).
+using PlanKey = std::array<int64_t, 18>;
 
 }  // namespace conv2d_detail
 
@@ -90,28 +91,31 @@ void check_cudnn_limits(const Conv2dArgs& a, const char* op) {
 
 // --- Bias kernels --------------------------------------------------------------------------------
 
-// y[i, o, p] += bias[o] over y [N, O, plane] (n elements): in T's arithmetic type (fp32 for the
-// half types, with the bias widened as the CPU does), rounded once on store. The convolution was
-// already rounded to T by cuDNN, so half types round twice, as PyTorch's conv-then-add_ does.
+// y[i, o, p] += bias[o] over y [N, O, plane] (n elements; [N, plane, O] when nhwc): in T's
+// arithmetic type (fp32 for the half types, with the bias widened as the CPU does), rounded once on
+// store. The convolution was already rounded to T by cuDNN, so half types round twice, as PyTorch's
+// conv-then-add_ does.
 template <typename T, typename B>
-__global__ void add_bias_kernel(T* y, const B* bias, int64_t channels, int64_t plane, int64_t n) {
+__global__ void add_bias_kernel(T* y, const B* bias, int64_t channels, int64_t plane, int64_t n, bool nhwc) {
   using A = acc_t<T>;
   for (int64_t i = thread_index(); i < n; i += grid_width()) {
-    const int64_t o = (i / plane) % channels;
+    const int64_t o = nhwc ? i % channels : (i / plane) % channels;
     y[i] = Narrow<T>::from(widen(y[i]) + static_cast<A>(widen(bias[o])));
   }
 }
 
-// grad_b[o] = sum of grad_y[i, o, p] over images i and positions p, grad_y [N, O, plane]: one
-// kThreads-wide block per channel o, summed in double (as the CPU does) and rounded once into B.
+// grad_b[o] = sum of grad_y[i, o, p] over images i and positions p, grad_y [N, O, plane] ([N,
+// plane, O] when nhwc): one kThreads-wide block per channel o, summed in double (as the CPU does) and
+// rounded once into B. Both layouts add the same terms in the same order.
 template <typename T, typename B>
-__global__ void bias_grad_kernel(const T* grad_y, B* grad_b, int64_t images, int64_t channels, int64_t plane) {
+__global__ void bias_grad_kernel(const T* grad_y, B* grad_b, int64_t images, int64_t channels, int64_t plane,
+                                 bool nhwc) {
   const int64_t o = blockIdx.x;
   const int64_t count = images * plane;
   double sum = 0.0;
   for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
     const int64_t i = j / plane, p = j - i * plane;
-    sum += static_cast<double>(widen(grad_y[(i * channels + o) * plane + p]));
+    sum += static_cast<double>(widen(grad_y[nhwc ? j * channels + o : (i * channels + o) * plane + p]));
   }
   sum = block_reduce(sum, Sum{}, 0.0);
   if (threadIdx.x == 0) grad_b[o] = Narrow<B>::from(sum);
@@ -125,7 +129,7 @@ void add_bias(CudaKernels& k, const Conv2dArgs& a, const ConvGeom& g, const char
     dispatch_floating(a.bias.dtype, op, [&](auto bias_tag) {
       using B = typename decltype(bias_tag)::type;
       add_bias_kernel<T, B><<<k.blocks_for(n, kThreads), kThreads, 0, k.stream()>>>(
-          a.output.as<T>(), a.bias.as<const B>(), g.o, g.plane(), n);
+          a.output.as<T>(), a.bias.as<const B>(), g.o, g.plane(), n, a.channels_last);
       DEMI_CUDA_LAUNCH_CHECK("add_bias_kernel");
     });
   });
@@ -138,7 +142,7 @@ void bias_grad(CudaKernels& k, const Conv2dArgs& a, const ConvGeom& g, const cha
     dispatch_floating(a.bias.dtype, op, [&](auto bias_tag) {
       using B = typename decltype(bias_tag)::type;
       bias_grad_kernel<T, B><<<static_cast<unsigned>(g.o), kThreads, 0, k.stream()>>>(
-          a.output.as<const T>(), a.bias.as<B>(), g.n, g.o, g.plane());
+          a.output.as<const T>(), a.bias.as<B>(), g.n, g.o, g.plane(), a.channels_last);
       DEMI_CUDA_LAUNCH_CHECK("bias_grad_kernel");
     });
   });
@@ -187,16 +191,15 @@ struct Scaling {
   double one_d = 1.0, zero_d = 0.0;
 };
 
-void describe(Plan& plan, const ConvGeom& g, DType dtype, cudnnMathType_t math) {
+void describe(Plan& plan, const ConvGeom& g, DType dtype, cudnnMathType_t math, bool nhwc) {
   const cudnnDataType_t type = cudnn_type(dtype);
+  const cudnnTensorFormat_t format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   auto i = [](int64_t v) { return static_cast<int>(v); };  // in range: check_conv bounds every numel
-  // Note the argument order: tensors take (format, type), filters (type, format).
-  DEMI_CUDNN_CHECK(
-      cudnnSetTensor4dDescriptor(plan.input.get(), CUDNN_TENSOR_NCHW, type, i(g.n), i(g.c), i(g.h), i(g.w)));
-  DEMI_CUDNN_CHECK(
-      cudnnSetTensor4dDescriptor(plan.output.get(), CUDNN_TENSOR_NCHW, type, i(g.n), i(g.o), i(g.oh), i(g.ow)));
-  DEMI_CUDNN_CHECK(
-      cudnnSetFilter4dDescriptor(plan.weight.get(), type, CUDNN_TENSOR_NCHW, i(g.o), i(g.c), i(g.kh), i(g.kw)));
+  // Note the argument order: tensors take (format, type), filters (type, format). The extents are
+  // N, C, H, W in either format.
+  DEMI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.input.get(), format, type, i(g.n), i(g.c), i(g.h), i(g.w)));
+  DEMI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.output.get(), format, type, i(g.n), i(g.o), i(g.oh), i(g.ow)));
+  DEMI_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan.weight.get(), type, format, i(g.o), i(g.c), i(g.kh), i(g.kw)));
   DEMI_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(plan.conv.get(), i(g.ph), i(g.pw), i(g.sh), i(g.sw), 1, 1,
                                                    CUDNN_CROSS_CORRELATION,
                                                    dtype == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
@@ -349,14 +352,14 @@ const Plan& conv_plan(CudaKernels& k, Pass pass, const Conv2dArgs& a, const Conv
   const DType dtype = a.input.dtype;
   const bool tf32 = dtype == DType::F32 && allow_tf32();
   const conv2d_detail::PlanKey key{static_cast<int64_t>(pass), static_cast<int64_t>(dtype), g.n, g.c, g.h, g.w,
-                                   g.o, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, tf32 ? 1 : 0,
+                                   g.o, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, tf32 ? 1 : 0, a.channels_last ? 1 : 0,
                                    alignment(a.input.data), alignment(a.weight.data), alignment(a.output.data)};
   CudaKernels::ConvPlans& plans = k.conv_plans();
   const std::lock_guard<std::mutex> lock(plans.mutex);
   const auto found = plans.plans.find(key);
   if (found != plans.plans.end()) return *found->second;
   auto plan = std::make_unique<Plan>();
-  describe(*plan, g, dtype, math_type(dtype, tf32));
+  describe(*plan, g, dtype, math_type(dtype, tf32), a.channels_last);
   choose_algorithm(k, *plan, pass, a, dtype == DType::F32 && !tf32, op);
   return *plans.plans.emplace(key, std::move(plan)).first->second;
 }
@@ -460,7 +463,7 @@ bool CudaKernels::supports(KernelFamily family) const {
 #if DEMI_HAVE_CUDNN
   return true;
 #else
-  return family != KernelFamily::Conv2d;
+  return family != KernelFamily::Conv2d && family != KernelFamily::ChannelsLast;
 #endif
 }
 

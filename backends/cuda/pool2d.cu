@@ -1,6 +1,8 @@
-// CudaKernels::pool2d_*: max and average pooling over NCHW planes with the CPU backend's semantics.
-// Forward runs one thread per output element; backward is a gather (one thread per input element
-// summing the windows that cover it, in the CPU's order): no atomics, deterministic, exact grad_x.
+// CudaKernels::pool2d_*: max and average pooling over NCHW or NHWC (channels_last) tensors with the
+// CPU backend's semantics. Forward runs one thread per output element; backward is a gather (one
+// thread per input element summing the windows that cover it, in the CPU's order): no atomics,
+// deterministic, exact grad_x. Threads take elements in storage order, so in NHWC neighbouring
+// threads read neighbouring channels.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math_constants.h>
@@ -27,7 +29,34 @@ template <typename Index>
 struct PoolShape {
   Index planes, h, w, oh, ow;  // planes = N * C
   Index kh, kw, sh, sw, ph, pw;
+  Index c;
 };
+
+// An element of an [N, C, rows, cols] tensor, found from its flat index in storage order: its
+// row y and column x, and which plane (NCHW: plane = n * C + c, c unused; NHWC: plane = n and c).
+template <typename Index>
+struct Site {
+  Index plane, c, y, x;
+};
+template <bool kNhwc, typename Index>
+__host__ __device__ inline Site<Index> locate(Index i, Index channels, Index rows, Index cols) {
+  if constexpr (kNhwc) {
+    const Index c = i % channels, pixel = i / channels;
+    const Index x = pixel % cols, r = pixel / cols;
+    return {r / rows, c, r % rows, x};
+  } else {
+    const Index x = i % cols, r = i / cols;
+    return {r / rows, Index(0), r % rows, x};
+  }
+}
+// The flat index of (y, x) in the site's plane of an [N, C, rows, cols] tensor.
+template <bool kNhwc, typename Index>
+__host__ __device__ inline Index element(const Site<Index>& at, Index channels, Index rows, Index cols, Index y,
+                                         Index x) {
+  const Index pixel = (at.plane * rows + y) * cols + x;
+  if constexpr (kNhwc) return pixel * channels + at.c;
+  else return pixel;
+}
 
 // thread_index() and grid_width() in the kernels' index type, for grid-stride loops.
 template <typename Index>
@@ -62,21 +91,19 @@ __host__ __device__ inline Index last_window(Index i, Index s, Index p, Index ou
 
 // y[o] = max of o's window of x, idx[o] = its offset ky * KW + kx in the window: the first maximum,
 // or the first NaN (a NaN wins, as in PyTorch, so a NaN input is not silently dropped).
-// x [planes, H, W], y and idx [planes, OH, OW].
-template <typename T, typename I, typename Index>
+// x [N, C, H, W], y and idx [N, C, OH, OW], all in one format.
+template <bool kNhwc, typename T, typename I, typename Index>
 __host__ __device__ inline void max_pool_forward_at(const T* x, T* y, I* idx, const PoolShape<Index>& g, Index o) {
   using A = acc_t<T>;
-  const Index ox = o % g.ow, rest = o / g.ow;
-  const Index oy = rest % g.oh, p = rest / g.oh;
-  const Index y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-  const T* plane = x + p * g.h * g.w;
+  const Site<Index> at = locate<kNhwc>(o, g.c, g.oh, g.ow);
+  const Index y0 = at.y * g.sh - g.ph, x0 = at.x * g.sw - g.pw;
   const Index ky_end = g.kh < g.h - y0 ? g.kh : g.h - y0, kx_end = g.kw < g.w - x0 ? g.kw : g.w - x0;
   A best = negative_infinity<A>();
   Index arg = -1;
   bool nan = false;
   for (Index ky = y0 < 0 ? -y0 : 0; ky < ky_end && !nan; ++ky) {
     for (Index kx = x0 < 0 ? -x0 : 0; kx < kx_end && !nan; ++kx) {
-      const A v = widen(plane[(y0 + ky) * g.w + x0 + kx]);
+      const A v = widen(x[element<kNhwc>(at, g.c, g.h, g.w, y0 + ky, x0 + kx)]);
       if (arg < 0 || v > best || v != v) {
         best = v;
         arg = ky * g.kw + kx;
@@ -89,45 +116,45 @@ __host__ __device__ inline void max_pool_forward_at(const T* x, T* y, I* idx, co
 }
 
 // y[o] = sum of o's window of x / (KH * KW), padding counted; summed row by row as the CPU does.
-template <typename T, typename Index>
+template <bool kNhwc, typename T, typename Index>
 __host__ __device__ inline void avg_pool_forward_at(const T* x, T* y, const PoolShape<Index>& g, acc_t<T> inv_window,
                                                     Index o) {
   using A = acc_t<T>;
-  const Index ox = o % g.ow, rest = o / g.ow;
-  const Index oy = rest % g.oh, p = rest / g.oh;
-  const Index y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-  const T* plane = x + p * g.h * g.w;
+  const Site<Index> at = locate<kNhwc>(o, g.c, g.oh, g.ow);
+  const Index y0 = at.y * g.sh - g.ph, x0 = at.x * g.sw - g.pw;
   const Index iy_end = y0 + g.kh < g.h ? y0 + g.kh : g.h, ix_end = x0 + g.kw < g.w ? x0 + g.kw : g.w;
   A sum = 0;
   for (Index iy = y0 > 0 ? y0 : 0; iy < iy_end; ++iy) {
-    for (Index ix = x0 > 0 ? x0 : 0; ix < ix_end; ++ix) sum += widen(plane[iy * g.w + ix]);
+    for (Index ix = x0 > 0 ? x0 : 0; ix < ix_end; ++ix) sum += widen(x[element<kNhwc>(at, g.c, g.h, g.w, iy, ix)]);
   }
   y[o] = Narrow<T>::from(sum * inv_window);
 }
 
 // Calls visit(o, ky, kx) for every output window o of plane p that covers input element i (at
 // offset ky * KW + kx inside it), in row-major output order (the CPU's scatter order): the
-// gather both pooling backwards sum over. i indexes [planes, H, W], o [planes, OH, OW].
-template <typename Index, typename Visit>
+// gather both pooling backwards sum over. i indexes [N, C, H, W], o [N, C, OH, OW].
+template <bool kNhwc, typename Index, typename Visit>
 __host__ __device__ inline void for_each_covering_window(const PoolShape<Index>& g, Index i, Visit&& visit) {
-  const Index ix = i % g.w, rest = i / g.w;
-  const Index iy = rest % g.h, p = rest / g.h;
+  const Site<Index> at = locate<kNhwc>(i, g.c, g.h, g.w);
+  const Index iy = at.y, ix = at.x;
   const Index oy_end = last_window(iy, g.sh, g.ph, g.oh), ox_end = last_window(ix, g.sw, g.pw, g.ow);
   const Index ox_begin = first_window(ix, g.kw, g.sw, g.pw);
   for (Index oy = first_window(iy, g.kh, g.sh, g.ph); oy <= oy_end; ++oy) {
-    const Index row = (p * g.oh + oy) * g.ow, ky = iy - (oy * g.sh - g.ph);
-    for (Index ox = ox_begin; ox <= ox_end; ++ox) visit(row + ox, ky, ix - (ox * g.sw - g.pw));
+    const Index ky = iy - (oy * g.sh - g.ph);
+    for (Index ox = ox_begin; ox <= ox_end; ++ox) {
+      visit(element<kNhwc>(at, g.c, g.oh, g.ow, oy, ox), ky, ix - (ox * g.sw - g.pw));
+    }
   }
 }
 
 // grad_x[i] = sum of grad_y over the windows whose recorded argmax is input element i, so the sum
 // matches the CPU's. An index that points nowhere inside its window matches no element;
-// max_pool_index_ok reports it. grad_x [planes, H, W], grad_y and idx [planes, OH, OW].
-template <typename T, typename I, typename Index>
+// max_pool_index_ok reports it. grad_x [N, C, H, W], grad_y and idx [N, C, OH, OW].
+template <bool kNhwc, typename T, typename I, typename Index>
 __host__ __device__ inline void max_pool_backward_at(const T* grad_y, const I* idx, T* grad_x,
                                                      const PoolShape<Index>& g, Index i) {
   acc_t<T> sum = 0;
-  for_each_covering_window(g, i, [&](Index o, Index ky, Index kx) {
+  for_each_covering_window<kNhwc>(g, i, [&](Index o, Index ky, Index kx) {
     // Compared in int64: an int64 index must not wrap into a valid int32 offset.
     if (static_cast<int64_t>(idx[o]) == static_cast<int64_t>(ky * g.kw + kx)) sum += widen(grad_y[o]);
   });
@@ -136,11 +163,12 @@ __host__ __device__ inline void max_pool_backward_at(const T* grad_y, const I* i
 
 // Whether idx[o] points inside both its window and the input (else a corrupt or foreign indices
 // tensor, which the CPU refuses).
-template <typename I, typename Index>
+template <bool kNhwc, typename I, typename Index>
 __host__ __device__ inline bool max_pool_index_ok(const I* idx, const PoolShape<Index>& g, Index o) {
   const int64_t k = static_cast<int64_t>(idx[o]);
   if (k < 0 || k >= static_cast<int64_t>(g.kh) * g.kw) return false;
-  const Index ox = o % g.ow, oy = (o / g.ow) % g.oh;
+  const Site<Index> at = locate<kNhwc>(o, g.c, g.oh, g.ow);
+  const Index ox = at.x, oy = at.y;
   const int64_t iy = static_cast<int64_t>(oy) * g.sh - g.ph + k / g.kw;
   const int64_t ix = static_cast<int64_t>(ox) * g.sw - g.pw + k % g.kw;
   return iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
@@ -148,56 +176,59 @@ __host__ __device__ inline bool max_pool_index_ok(const I* idx, const PoolShape<
 
 // grad_x[i] = sum of grad_y[o] / (KH * KW) over the windows o that cover input element i, each
 // term rounded as the CPU's scatter rounds it, in its order.
-template <typename T, typename Index>
+template <bool kNhwc, typename T, typename Index>
 __host__ __device__ inline void avg_pool_backward_at(const T* grad_y, T* grad_x, const PoolShape<Index>& g,
                                                      acc_t<T> inv_window, Index i) {
   acc_t<T> sum = 0;
-  for_each_covering_window(g, i, [&](Index o, Index, Index) { sum += mul_rn(widen(grad_y[o]), inv_window); });
+  for_each_covering_window<kNhwc>(g, i, [&](Index o, Index, Index) { sum += mul_rn(widen(grad_y[o]), inv_window); });
   grad_x[i] = Narrow<T>::from(sum);
 }
 
 // --- Kernels: grid-stride loops over n output (forward) or input (backward) elements ------------
 
-template <typename T, typename I, typename Index>
+template <bool kNhwc, typename T, typename I, typename Index>
 __global__ void max_pool_forward_kernel(const T* x, T* y, I* idx, PoolShape<Index> g, Index n) {
-  for (Index o = first_index<Index>(); o < n; o += grid_stride<Index>()) max_pool_forward_at(x, y, idx, g, o);
+  for (Index o = first_index<Index>(); o < n; o += grid_stride<Index>()) max_pool_forward_at<kNhwc>(x, y, idx, g, o);
 }
 
-template <typename T, typename Index>
+template <bool kNhwc, typename T, typename Index>
 __global__ void avg_pool_forward_kernel(const T* x, T* y, PoolShape<Index> g, Index n, acc_t<T> inv_window) {
-  for (Index o = first_index<Index>(); o < n; o += grid_stride<Index>()) avg_pool_forward_at(x, y, g, inv_window, o);
+  for (Index o = first_index<Index>(); o < n; o += grid_stride<Index>()) {
+    avg_pool_forward_at<kNhwc>(x, y, g, inv_window, o);
+  }
 }
 
-template <typename T, typename I, typename Index>
+template <bool kNhwc, typename T, typename I, typename Index>
 __global__ void max_pool_backward_kernel(const T* grad_y, const I* idx, T* grad_x, PoolShape<Index> g, Index n) {
   for (Index i = first_index<Index>(); i < n; i += grid_stride<Index>()) {
-    max_pool_backward_at(grad_y, idx, grad_x, g, i);
+    max_pool_backward_at<kNhwc>(grad_y, idx, grad_x, g, i);
   }
 }
 
 // *first_bad = the smallest output position whose index fails max_pool_index_ok; the host set it
 // to all ones beforehand.
-template <typename I, typename Index>
+template <bool kNhwc, typename I, typename Index>
 __global__ void max_pool_check_indices_kernel(const I* idx, PoolShape<Index> g, Index n,
                                               unsigned long long* first_bad) {
   for (Index o = first_index<Index>(); o < n; o += grid_stride<Index>()) {
-    if (!max_pool_index_ok(idx, g, o)) atomicMin(first_bad, static_cast<unsigned long long>(o));
+    if (!max_pool_index_ok<kNhwc>(idx, g, o)) atomicMin(first_bad, static_cast<unsigned long long>(o));
   }
 }
 
-template <typename T, typename Index>
+template <bool kNhwc, typename T, typename Index>
 __global__ void avg_pool_backward_kernel(const T* grad_y, T* grad_x, PoolShape<Index> g, Index n, acc_t<T> inv_window) {
   for (Index i = first_index<Index>(); i < n; i += grid_stride<Index>()) {
-    avg_pool_backward_at(grad_y, grad_x, g, inv_window, i);
+    avg_pool_backward_at<kNhwc>(grad_y, grad_x, g, inv_window, i);
   }
 }
 
-// The checked geometry (backends/kernel_checks.h) in the kernels' index type.
+// The checked geometry (backends/kernel_checks.h) in the kernels' index type, with the input's C.
 template <typename Index>
-PoolShape<Index> narrow_shape(const PoolGeom& g) {
-  return {Index(g.planes), Index(g.h), Index(g.w), Index(g.oh), Index(g.ow),
-          Index(g.kh),     Index(g.kw), Index(g.sh), Index(g.sw), Index(g.ph), Index(g.pw)};
+PoolShape<Index> narrow_shape(const PoolGeom& g, int64_t channels) {
+  return {Index(g.planes), Index(g.h),  Index(g.w),  Index(g.oh), Index(g.ow), Index(g.kh),
+          Index(g.kw),     Index(g.sh), Index(g.sw), Index(g.ph), Index(g.pw), Index(channels)};
 }
+
 
 // Calls fn(Index{}) with int32_t when every flat index of input and output, plus one grid stride,
 // stays below 2^31 (the stride is at most a few hundred thousand), else with int64_t.
@@ -206,6 +237,15 @@ void dispatch_index(int64_t n_in, int64_t n_out, Fn&& fn) {
   constexpr int64_t kLimit = int64_t{1} << 30;
   if (n_in < kLimit && n_out < kLimit) fn(int32_t{});
   else fn(int64_t{});
+}
+
+// Calls fn(Index{}, std::bool_constant<nhwc>{}) with dispatch_index's Index.
+template <typename Fn>
+void dispatch_index_and_layout(int64_t n_in, int64_t n_out, bool nhwc, Fn&& fn) {
+  dispatch_index(n_in, n_out, [&](auto index_tag) {
+    if (nhwc) fn(index_tag, std::true_type{});
+    else fn(index_tag, std::false_type{});
+  });
 }
 
 // Calls fn(I{}) with the indices' element type (the checks allow only U8 and I64).
@@ -218,7 +258,7 @@ void dispatch_indices(DType dtype, Fn&& fn) {
 }  // namespace
 
 // pool2d_forward: input [N, C, H, W] -> output [N, C, OH, OW] (input's dtype) and, for max,
-// indices [N, C, OH, OW] (U8 or I64). One thread per output element.
+// indices [N, C, OH, OW] (U8 or I64), all NCHW or all NHWC. One thread per output element.
 void CudaKernels::pool2d_forward_impl(const Pool2dArgs& args, const PoolGeom& g64) {
   constexpr const char* op = "pool2d_forward";
   const int64_t n_in = args.input.numel(), n_out = args.output.numel();
@@ -230,18 +270,19 @@ void CudaKernels::pool2d_forward_impl(const Pool2dArgs& args, const PoolGeom& g6
     const unsigned blocks = blocks_for(n_out, kThreads);
     const T* x = args.input.as<const T>();
     T* y = args.output.as<T>();
-    dispatch_index(n_in, n_out, [&](auto index_tag) {
+    dispatch_index_and_layout(n_in, n_out, args.channels_last, [&](auto index_tag, auto layout) {
       using Index = decltype(index_tag);
-      const PoolShape<Index> g = narrow_shape<Index>(g64);
+      constexpr bool kNhwc = decltype(layout)::value;
+      const PoolShape<Index> g = narrow_shape<Index>(g64, args.input.shape[1]);
       if (args.kind == PoolKind::Avg) {
         const A inv_window = A(1) / static_cast<A>(g64.kh * g64.kw);  // as the CPU computes it
-        avg_pool_forward_kernel<T, Index><<<blocks, kThreads, 0, stream_>>>(x, y, g, Index(n_out), inv_window);
+        avg_pool_forward_kernel<kNhwc, T, Index><<<blocks, kThreads, 0, stream_>>>(x, y, g, Index(n_out), inv_window);
         DEMI_CUDA_LAUNCH_CHECK("avg_pool_forward_kernel");
         return;
       }
       dispatch_indices(args.indices.dtype, [&](auto itag) {
         using I = decltype(itag);
-        max_pool_forward_kernel<T, I, Index><<<blocks, kThreads, 0, stream_>>>(x, y, args.indices.as<I>(), g,
+        max_pool_forward_kernel<kNhwc, T, I, Index><<<blocks, kThreads, 0, stream_>>>(x, y, args.indices.as<I>(), g,
                                                                                Index(n_out));
         DEMI_CUDA_LAUNCH_CHECK("max_pool_forward_kernel");
       });
@@ -263,13 +304,14 @@ void CudaKernels::pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g
     const DeviceGuard guard(index_);
     const T* grad_y = args.output.as<const T>();
     T* grad_x = args.input.as<T>();
-    dispatch_index(n_in, n_out, [&](auto index_tag) {
+    dispatch_index_and_layout(n_in, n_out, args.channels_last, [&](auto index_tag, auto layout) {
       using Index = decltype(index_tag);
-      const PoolShape<Index> g = narrow_shape<Index>(g64);
+      constexpr bool kNhwc = decltype(layout)::value;
+      const PoolShape<Index> g = narrow_shape<Index>(g64, args.input.shape[1]);
       if (args.kind == PoolKind::Avg) {
         if (n_in == 0) return;
         const A inv_window = A(1) / static_cast<A>(g64.kh * g64.kw);
-        avg_pool_backward_kernel<T, Index><<<blocks_for(n_in, kThreads), kThreads, 0, stream_>>>(
+        avg_pool_backward_kernel<kNhwc, T, Index><<<blocks_for(n_in, kThreads), kThreads, 0, stream_>>>(
             grad_y, grad_x, g, Index(n_in), inv_window);
         DEMI_CUDA_LAUNCH_CHECK("avg_pool_backward_kernel");
         return;
@@ -283,14 +325,14 @@ void CudaKernels::pool2d_backward_impl(const Pool2dArgs& args, const PoolGeom& g
                        "x", g64.kw, " window of the input ", shape,
                        "; pass the indices that pool2d_forward wrote for this input");
           });
-          max_pool_check_indices_kernel<I, Index><<<blocks_for(n_out, kThreads), kThreads, 0, stream_>>>(
+          max_pool_check_indices_kernel<kNhwc, I, Index><<<blocks_for(n_out, kThreads), kThreads, 0, stream_>>>(
               idx, g, Index(n_out), slot);
           DEMI_CUDA_LAUNCH_CHECK("max_pool_check_indices_kernel");
           capture_bad_value_kernel<I><<<1, 1, 0, stream_>>>(slot, idx);
           DEMI_CUDA_LAUNCH_CHECK("capture_bad_value_kernel");
         }
         if (n_in > 0) {
-          max_pool_backward_kernel<T, I, Index><<<blocks_for(n_in, kThreads), kThreads, 0, stream_>>>(
+          max_pool_backward_kernel<kNhwc, T, I, Index><<<blocks_for(n_in, kThreads), kThreads, 0, stream_>>>(
               grad_y, idx, grad_x, g, Index(n_in));
           DEMI_CUDA_LAUNCH_CHECK("max_pool_backward_kernel");
         }
