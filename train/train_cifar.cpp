@@ -98,8 +98,8 @@ void add_step_options(CLI::App& app, TrainerConfig& c) {
                "stages and encoder layers) for backward, "
                "which reruns one block at a time: less memory for about one more forward pass; the same gradients");
   app.add_flag("--channels-last", c.channels_last, "store the convolution weights and the images NHWC "
-               "(PyTorch's channels_last memory format): the same results; on the CPU the convolutions, batch norm and "
-               "pooling still run NCHW behind a conversion, so it is slower there for now");
+               "(PyTorch's channels_last memory format): the same results; on CUDA the convolutions, batch norm and "
+               "pooling run NHWC, on the CPU they read a contiguous copy (no faster there yet, and no slower)");
   app.add_option("--seed", c.seed, "seed for initialisation, shuffling and augmentation")->capture_default_str();
 }
 

@@ -1,5 +1,5 @@
 // avg_pool2d: padding counts in the divisor (PyTorch's count_include_pad=True); saves nothing but
-// the input's shape.
+// the input's shape. NHWC where the input is channels_last and the device has the kernels.
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/pool2d_shape.h"
@@ -9,22 +9,25 @@ namespace demi::ops {
 struct AvgPool2d {
   static constexpr const char* kName = "avg_pool2d";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
+  static constexpr bool kKeepsMemoryFormat = true;
 
-  static Tensor forward(OpContext& ctx, const Tensor& x, const PoolGeometry& g) {
+  static Tensor forward(OpContext& ctx, const Tensor& x_in, PoolGeometry g) {
+    g.nhwc = runs_channels_last(x_in);
+    const Tensor x = in_kernel_format(x_in, g.nhwc);
     backend::Pool2dArgs args = g.args(backend::PoolKind::Avg);
-    Tensor y = empty(g.output_shape(x.shape()), x.dtype(), x.device());
-    args.input = x.ref();
-    args.output = y.ref();
+    Tensor y = empty(g.output_shape(x.shape()), x.dtype(), x.device(), g.format());
+    args.input = kernel_ref(x, g.nhwc);
+    args.output = kernel_ref(y, g.nhwc);
     kernels(x).pool2d_forward(args);
     ctx.set_attrs(std::make_pair(g, x.shape()));
     return y;
   }
   static TensorList backward(OpContext& ctx, const Tensor& grad_y) {
     const auto& [g, shape] = ctx.attrs<std::pair<PoolGeometry, Shape>>();
-    Tensor grad_x = empty(shape, grad_y.dtype(), grad_y.device());
+    Tensor grad_x = empty(shape, grad_y.dtype(), grad_y.device(), g.format());
     backend::Pool2dArgs args = g.args(backend::PoolKind::Avg);
-    args.input = grad_x.ref();
-    args.output = grad_y.ref();
+    args.input = kernel_ref(grad_x, g.nhwc);
+    args.output = kernel_ref(grad_y, g.nhwc);
     kernels(grad_y).pool2d_backward(args);
     return {grad_x};
   }

@@ -5,7 +5,8 @@
 // from ops (an affine map per channel). batch_norm_relu and batch_norm_gelu are relu(batch_norm(...))
 // and gelu(batch_norm(...)) with the activation inside the batch norm's kernels where the device has
 // them (training on the CPU): bit for bit the same values, without the activation's passes over
-// memory, and without the activation's saved input.
+// memory, and without the activation's saved input. A channels_last input runs NHWC kernels where
+// the device has them (batch_norm alone), else a contiguous copy.
 #include "framework/autograd/checkpoint.h"
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
@@ -19,16 +20,20 @@ struct BatchNormOp {
                                        : kAct == backend::BatchNormActivation::Gelu ? "batch_norm_gelu"
                                                                                     : "batch_norm";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
+  static constexpr bool kKeepsMemoryFormat = true;
 
-  static Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+  static Tensor forward(OpContext& ctx, const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var,
                         const Tensor& weight, const Tensor& bias, const BatchNormOptions& options) {
-    const DType stat_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+    const DType stat_dtype = x_in.dtype() == DType::F64 ? DType::F64 : DType::F32;
+    const bool nhwc = kAct == backend::BatchNormActivation::None && runs_channels_last(x_in);
+    const Tensor x = in_kernel_format(x_in, nhwc);
     const int64_t channels = x.size(1);
     Tensor y = empty_like(x);
     backend::BatchNormArgs args;
     args.mode = options.training ? backend::BatchNormMode::Train : backend::BatchNormMode::Eval;
-    args.input = x.ref();
-    args.output = y.ref();
+    args.channels_last = nhwc;
+    args.input = kernel_ref(x, nhwc);
+    args.output = kernel_ref(y, nhwc);
     if (weight.defined()) args.weight = weight.ref();
     if (bias.defined()) args.bias = bias.ref();
     // A checkpoint's rerun in backward normalises again but must not move the statistics again.
@@ -70,19 +75,22 @@ struct BatchNormOp {
     const Tensor& invstd = ctx.saved(3);
     TensorList grads(5);
     if (ctx.attrs<BatchNormOptions>().training) {
+      // x is in the kernels' format, and so is grad_y (the output's, which is x's).
+      const bool nhwc = x.suggest_memory_format() == MemoryFormat::ChannelsLast;
       backend::BatchNormArgs args;
+      args.channels_last = nhwc;
       if constexpr (kAct != backend::BatchNormActivation::None) {
         args.activation = kAct;
         args.activation_coef = ctx.saved(4).ref();
       }
-      args.input = x.ref();
-      args.grad_output = grad_y.ref();
+      args.input = kernel_ref(x, nhwc);
+      args.grad_output = kernel_ref(grad_y, nhwc);
       if (weight.defined()) args.weight = weight.ref();
       args.save_mean = mean.ref();
       args.save_invstd = invstd.ref();
       if (ctx.needs_grad(0)) {
         grads[0] = empty_like(x);
-        args.grad_input = grads[0].ref();
+        args.grad_input = kernel_ref(grads[0], nhwc);
       }
       if (ctx.needs_grad(3)) {
         grads[3] = empty_like(weight);

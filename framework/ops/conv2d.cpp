@@ -1,5 +1,7 @@
-// conv2d: NCHW convolution (groups 1) on the backend's conv kernels. Saves x and weight;
-// backward_data gives grad_x, backward_weight gives grad_weight and grad_bias in one pass.
+// conv2d: convolution (groups 1) on the backend's conv kernels. Saves x and weight; backward_data
+// gives grad_x, backward_weight gives grad_weight and grad_bias in one pass. NHWC where the input or
+// the weight is channels_last (PyTorch's rule) and the device has NHWC kernels: the output is
+// channels_last then; elsewhere the kernels read contiguous copies.
 #include "framework/core/conv2d_shape.h"
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
@@ -10,35 +12,42 @@ namespace demi::ops {
 struct Conv2dAttrs {
   int stride, padding;
   bool has_bias;
+  bool nhwc = false;  // set by forward: the kernels ran channels_last
 };
 
 struct Conv2d {
   static constexpr const char* kName = "conv2d";
   static constexpr amp::Category kCast = amp::Category::LowerPrecision;
+  static constexpr bool kKeepsMemoryFormat = true;
 
   static backend::Conv2dArgs args(const Conv2dAttrs& attrs) {
     backend::Conv2dArgs a;
     a.stride_h = a.stride_w = attrs.stride;
     a.pad_h = a.pad_w = attrs.padding;
+    a.channels_last = attrs.nhwc;
     return a;
   }
 
-  static Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        const Conv2dAttrs& attrs) {
+  static Tensor forward(OpContext& ctx, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias,
+                        Conv2dAttrs attrs) {
     // dtypes are checked here, after autocast has cast the inputs
-    DEMI_CHECK(x.dtype() == weight.dtype(), "conv2d: input is ", x.dtype(), " but weight is ", weight.dtype(),
-               "; convert one with .to(dtype) or run under autocast");
+    DEMI_CHECK(x_in.dtype() == weight_in.dtype(), "conv2d: input is ", x_in.dtype(), " but weight is ",
+               weight_in.dtype(), "; convert one with .to(dtype) or run under autocast");
+    // fp64 stays NCHW, as in PyTorch: cuDNN's NHWC convolutions are for fp32 and the half types.
+    attrs.nhwc = x_in.dtype() != DType::F64 && runs_channels_last(x_in, weight_in);
+    const Tensor x = in_kernel_format(x_in, attrs.nhwc), weight = in_kernel_format(weight_in, attrs.nhwc);
     DEMI_CHECK(!bias.defined() || bias.dtype() == x.dtype(), "conv2d: bias is ", bias.dtype(), " but input is ",
                x.dtype(), "; convert it with .to(dtype) or run under autocast");
     ctx.save(ctx.needs_grad(1) || ctx.needs_grad(2) ? x : Tensor());
     ctx.save(ctx.needs_grad(0) ? weight : Tensor());
     const Conv2dOutputShape out = conv2d_output_shape(x.size(2), x.size(3), weight.size(2), weight.size(3), attrs.stride,
                                                       attrs.stride, attrs.padding, attrs.padding);
-    Tensor y = empty({x.size(0), weight.size(0), out.h, out.w}, x.dtype(), x.device());
+    Tensor y = empty({x.size(0), weight.size(0), out.h, out.w}, x.dtype(), x.device(),
+                     attrs.nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
     backend::Conv2dArgs a = args(attrs);
-    a.input = x.ref();
-    a.weight = weight.ref();
-    a.output = y.ref();
+    a.input = kernel_ref(x, attrs.nhwc);
+    a.weight = kernel_ref(weight, attrs.nhwc);
+    a.output = kernel_ref(y, attrs.nhwc);
     if (bias.defined()) a.bias = bias.ref();
     kernels(x).conv2d_forward(a);
     ctx.set_attrs(std::make_pair(attrs, std::make_pair(x.shape(), weight.shape())));
@@ -47,21 +56,23 @@ struct Conv2d {
 
   static TensorList backward(OpContext& ctx, const Tensor& grad_y) {
     const auto& [attrs, shapes] = ctx.attrs<std::pair<Conv2dAttrs, std::pair<Shape, Shape>>>();
+    const MemoryFormat format = attrs.nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+    // grad_y comes in the output's format (the engine's rule), which is the kernels' format.
     TensorList grads(3);
     if (ctx.needs_grad(0)) {
-      grads[0] = empty(shapes.first, grad_y.dtype(), grad_y.device());
+      grads[0] = empty(shapes.first, grad_y.dtype(), grad_y.device(), format);
       backend::Conv2dArgs a = args(attrs);
-      a.input = grads[0].ref();
-      a.weight = ctx.saved(1).ref();
-      a.output = grad_y.ref();
+      a.input = kernel_ref(grads[0], attrs.nhwc);
+      a.weight = kernel_ref(ctx.saved(1), attrs.nhwc);
+      a.output = kernel_ref(grad_y, attrs.nhwc);
       kernels(grad_y).conv2d_backward_data(a);
     }
     if (ctx.needs_grad(1) || ctx.needs_grad(2)) {
-      grads[1] = empty(shapes.second, grad_y.dtype(), grad_y.device());
+      grads[1] = empty(shapes.second, grad_y.dtype(), grad_y.device(), format);
       backend::Conv2dArgs a = args(attrs);
-      a.input = ctx.saved(0).ref();
-      a.weight = grads[1].ref();
-      a.output = grad_y.ref();
+      a.input = kernel_ref(ctx.saved(0), attrs.nhwc);
+      a.weight = kernel_ref(grads[1], attrs.nhwc);
+      a.output = kernel_ref(grad_y, attrs.nhwc);
       if (attrs.has_bias) {
         grads[2] = empty({shapes.second[0]}, grad_y.dtype(), grad_y.device());
         a.bias = grads[2].ref();

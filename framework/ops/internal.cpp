@@ -138,6 +138,24 @@ ElementwiseOperand elementwise_operand(const Tensor& t, const Shape& shape, Memo
   return {c, c.storage_ref()};
 }
 
+bool runs_channels_last(const Tensor& x, const Tensor& other) {
+  const bool asked = x.suggest_memory_format() == MemoryFormat::ChannelsLast ||
+                     (other.defined() && other.suggest_memory_format() == MemoryFormat::ChannelsLast);
+  return asked && kernels(x).supports(backend::KernelFamily::ChannelsLast);
+}
+
+Tensor in_kernel_format(const Tensor& t, bool nhwc) {
+  if (!t.defined()) return t;
+  return t.contiguous(nhwc && t.dim() == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
+}
+
+backend::TensorRef kernel_ref(const Tensor& t, bool nhwc) {
+  if (!nhwc) return t.ref();
+  DEMI_INTERNAL_CHECK(t.is_contiguous(MemoryFormat::ChannelsLast), "kernel_ref: a ", t.shape(),
+                      " tensor not stored NHWC handed to an NHWC kernel");
+  return backend::TensorRef{t.data_ptr(), t.shape(), t.dtype()};
+}
+
 }  // namespace demi::ops
 
 namespace demi::ops {

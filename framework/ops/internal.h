@@ -51,6 +51,18 @@ struct ElementwiseOperand {
   backend::TensorRef ref;
 };
 ElementwiseOperand elementwise_operand(const Tensor& t, const Shape& shape, MemoryFormat format);
+
+// The 4-D ops with NHWC kernels (conv2d, pooling, batch norm) run NHWC when an input is
+// channels_last and x's backend has the kernels (KernelFamily::ChannelsLast); elsewhere they
+// read contiguous copies, so a channels_last input costs one conversion at the op's edge.
+bool runs_channels_last(const Tensor& x, const Tensor& other = Tensor());
+// t stored as the kernel reads it: channels_last when `nhwc`, else contiguous. A conversion here
+// is not recorded: the op's backward returns gradients in its kernels' format and the engine
+// converts each to its input's.
+Tensor in_kernel_format(const Tensor& t, bool nhwc);
+// The kernel's view of a tensor in_kernel_format gave: its data under its [N, C, H, W] shape (the
+// args' channels_last flag tells the kernel the storage order).
+backend::TensorRef kernel_ref(const Tensor& t, bool nhwc);
 }  // namespace demi::ops
 
 namespace demi::ops {

@@ -1,5 +1,6 @@
 // max_pool2d: saves only the argmax offsets (U8 for windows up to 256 elements), not the input;
-// backward scatters grad_y to those positions.
+// backward scatters grad_y to those positions. NHWC where the input is channels_last and the
+// device has the kernels.
 #include "framework/ops/internal.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/pool2d_shape.h"
@@ -9,14 +10,17 @@ namespace demi::ops {
 struct MaxPool2d {
   static constexpr const char* kName = "max_pool2d";
   static constexpr amp::Category kCast = amp::Category::Unchanged;
+  static constexpr bool kKeepsMemoryFormat = true;
 
-  static Tensor forward(OpContext& ctx, const Tensor& x, const PoolGeometry& g) {
+  static Tensor forward(OpContext& ctx, const Tensor& x_in, PoolGeometry g) {
+    g.nhwc = runs_channels_last(x_in);
+    const Tensor x = in_kernel_format(x_in, g.nhwc);
     backend::Pool2dArgs args = g.args(backend::PoolKind::Max);
-    Tensor y = empty(g.output_shape(x.shape()), x.dtype(), x.device());
-    Tensor indices = empty(y.shape(), g.kernel_h * g.kernel_w <= 256 ? DType::U8 : DType::I64, x.device());
-    args.input = x.ref();
-    args.output = y.ref();
-    args.indices = indices.ref();
+    Tensor y = empty(g.output_shape(x.shape()), x.dtype(), x.device(), g.format());
+    Tensor indices = empty(y.shape(), g.kernel_h * g.kernel_w <= 256 ? DType::U8 : DType::I64, x.device(), g.format());
+    args.input = kernel_ref(x, g.nhwc);
+    args.output = kernel_ref(y, g.nhwc);
+    args.indices = kernel_ref(indices, g.nhwc);
     kernels(x).pool2d_forward(args);
     ctx.save(indices);
     ctx.set_attrs(std::make_pair(g, x.shape()));
@@ -24,11 +28,11 @@ struct MaxPool2d {
   }
   static TensorList backward(OpContext& ctx, const Tensor& grad_y) {
     const auto& [g, shape] = ctx.attrs<std::pair<PoolGeometry, Shape>>();
-    Tensor grad_x = empty(shape, grad_y.dtype(), grad_y.device());
+    Tensor grad_x = empty(shape, grad_y.dtype(), grad_y.device(), g.format());
     backend::Pool2dArgs args = g.args(backend::PoolKind::Max);
-    args.input = grad_x.ref();
-    args.output = grad_y.ref();
-    args.indices = ctx.saved(0).ref();
+    args.input = kernel_ref(grad_x, g.nhwc);
+    args.output = kernel_ref(grad_y, g.nhwc);  // in the output's format, as every grad_y
+    args.indices = kernel_ref(ctx.saved(0), g.nhwc);
     kernels(grad_y).pool2d_backward(args);
     return {grad_x};
   }

@@ -47,6 +47,8 @@ Fn training_batch_norm(BatchNormFn op) {
   };
 }
 
+Tensor nhwc(const Tensor& t) { return t.contiguous(MemoryFormat::ChannelsLast); }
+
 std::vector<OpCase> cases() {
   // Labels live on the device of the logits: the case moves them.
   auto labels_like = [](const Tensor& logits) {
@@ -54,6 +56,8 @@ std::vector<OpCase> cases() {
     for (int64_t i = 0; i < logits.size(0); ++i) v.push_back((i * 7 + 3) % logits.size(1));
     return tensor(v, {logits.size(0)}).to(logits.device());
   };
+  BatchNormOptions train;
+  train.training = true;
   return {
       {"add", {{37, 19}, {19}}, [](auto& in) { return in[0] + in[1]; }},
       {"sub", {{5, 1, 7}, {3, 7}}, [](auto& in) { return in[0] - in[1]; }},
@@ -123,6 +127,28 @@ std::vector<OpCase> cases() {
          const Tensor x = in[0].contiguous(MemoryFormat::ChannelsLast);
          return (relu(x * in[1]) + in[0]).contiguous();
        }},
+      // channels_last inputs: NHWC kernels on CUDA (cuDNN's NHWC descriptors, batch norm and pooling
+      // kernels of their own), contiguous copies on the CPU. 70 channels: two full blocks of 32 and
+      // a partial one in the NHWC batch norm sums; [64, 40, 16, 16]: many chunks per channel.
+      {"conv2d", {{4, 5, 11, 11}, {7, 5, 3, 3}, {7}}, [](auto& in) { return conv2d(nhwc(in[0]), nhwc(in[1]), in[2], 2, 1); }},
+      {"conv2d", {{4, 8, 6, 6}, {16, 8, 1, 1}}, [](auto& in) { return conv2d(nhwc(in[0]), in[1]); }},
+      {"max_pool2d", {{3, 40, 9, 9}}, [](auto& in) { return max_pool2d(nhwc(in[0]), 3, 2, 1); }},
+      {"avg_pool2d", {{3, 36, 8, 8}}, [](auto& in) { return avg_pool2d(nhwc(in[0]), 2); }},
+      {"batch_norm", {{8, 70, 5, 5}, {70}, {70}},
+       [train](auto& in) { return batch_norm(nhwc(in[0]), Tensor(), Tensor(), in[1], in[2], train); }, false, 1},
+      {"batch_norm", {{64, 40, 16, 16}, {40}, {40}},
+       [train](auto& in) { return batch_norm(nhwc(in[0]), Tensor(), Tensor(), in[1], in[2], train); }, false, 1},
+      {"batch_norm", {{6, 3, 4, 4}, {3}, {3}},  // eval: running statistics, a backward built from ops
+       [](auto& in) {
+         const Device d = in[0].device();
+         return batch_norm(nhwc(in[0]), full({3}, 0.25, DType::F32, d), full({3}, 1.5, DType::F32, d), in[1], in[2],
+                           BatchNormOptions{});
+       }, false, 1},
+      {"conv2d", {{8, 3, 12, 12}, {16, 3, 3, 3}, {16}, {16}},  // a SmallCNN block, NHWC from end to end
+       [train](auto& in) {
+         const Tensor y = conv2d(nhwc(in[0]), nhwc(in[1]), Tensor(), 1, 1);
+         return max_pool2d(relu(batch_norm(y, Tensor(), Tensor(), in[2], in[3], train)), 2);
+       }, false, 2},
   };
 }
 
@@ -175,6 +201,24 @@ TEST(OpsCuda, EveryOpMatchesTheCpuForwardAndBackward) {
       }
     }
   }
+}
+
+// On CUDA a channels_last block stays NHWC from end to end, gradients included.
+TEST(OpsCuda, ChannelsLastStaysNhwcThroughConvBatchNormAndPooling) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  const Device gpu = Device::cuda(0);
+  Generator gen(3);
+  Tensor x = nhwc(randn({8, 3, 12, 12}, gen).to(gpu)).requires_grad_();
+  Tensor w = nhwc(randn({16, 3, 3, 3}, gen).to(gpu)).requires_grad_();
+  BatchNormOptions train;
+  train.training = true;
+  const Tensor c = conv2d(x, w, Tensor(), 1, 1);
+  const Tensor b = batch_norm(c, Tensor(), Tensor(), ones({16}, DType::F32, gpu), zeros({16}, DType::F32, gpu), train);
+  const Tensor y = max_pool2d(relu(b), 2);
+  for (const Tensor* t : {&c, &b, &y}) EXPECT_EQ(t->suggest_memory_format(), MemoryFormat::ChannelsLast);
+  y.backward(nhwc(randn(y.shape(), gen).to(gpu)));
+  EXPECT_EQ(x.grad().suggest_memory_format(), MemoryFormat::ChannelsLast);
+  EXPECT_EQ(w.grad().suggest_memory_format(), MemoryFormat::ChannelsLast);
 }
 
 TEST(OpsCuda, EveryOpOfTheTableHasACase) {
