@@ -12,7 +12,10 @@ max, and images/s = batch / median. FLOP rates count a training image as 3 x the
 forward FLOPs = 2 x the multiply-adds of the convolutions and linear layers.
 
 Modes: fp32; bf16 (autocast); fp16 (autocast + GradScaler, PyTorch's AMP recipe); a "_cl" suffix
-runs the model and images in channels_last. Inference rows time model(x) in eval mode, no grad.
+runs the model and images in channels_last, a "_compiled" suffix (after any "_cl") runs the model
+through torch.compile (default mode; the optimizer stays eager; compiling happens in the warm-up
+steps). A compiled mode that fails to compile (no Triton, say) is reported and left out of the JSON.
+Inference rows time model(x) in eval mode, no grad.
 
 Usage: torch_train_step.py [--device cpu|cuda] [--threads N] [--steps N] [--warmup N]
                            [--batches 128,256] [--nets SmallCNN,AirNet]
@@ -45,11 +48,14 @@ HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def parse_mode(mode):
-    """'bf16_cl' -> ('bf16', torch.channels_last)."""
-    precision, _, layout = mode.partition("_")
-    if precision not in ("fp32", *HALF) or layout not in ("", "cl"):
-        raise SystemExit(f"torch_train_step: unknown mode '{mode}' (fp32, bf16 or fp16, optionally with _cl)")
-    return precision, torch.channels_last if layout else torch.contiguous_format
+    """'bf16_cl_compiled' -> ('bf16', torch.channels_last, True)."""
+    precision, *suffixes = mode.split("_")
+    compiled = suffixes[-1:] == ["compiled"]
+    layout = suffixes[:-1] if compiled else suffixes
+    if precision not in ("fp32", *HALF) or layout not in ([], ["cl"]):
+        raise SystemExit(f"torch_train_step: unknown mode '{mode}' (fp32, bf16 or fp16, optionally with _cl, "
+                         "then optionally _compiled)")
+    return precision, torch.channels_last if layout else torch.contiguous_format, compiled
 
 
 def median_min_max(run_once, warmup, steps):
@@ -65,9 +71,11 @@ def median_min_max(run_once, warmup, steps):
 
 def setup(net_name, batch, mode, device):
     """The seeded model and one batch of random images and labels, in the mode's layout."""
-    precision, layout = parse_mode(mode)
+    precision, layout, compiled = parse_mode(mode)
     torch.manual_seed(0)
     model = torch_nets.make(net_name).to(device, memory_format=layout)
+    if compiled:
+        model = torch.compile(model)
     x = torch.randn(batch, 3, 32, 32, device=device).contiguous(memory_format=layout)
     y = torch.randint(0, 10, (batch,), device=device)
     return precision, model, x, y
@@ -143,7 +151,7 @@ def row(batch, timing, flops_per_image):
 
 
 def print_row(kind, mode, batch, r, what):
-    print(f"  {kind} {mode:8s} B={batch:4d}: median {r['median_s'] * 1e3:8.1f} ms (min {r['min_s'] * 1e3:.1f}, "
+    print(f"  {kind} {mode:16s} B={batch:4d}: median {r['median_s'] * 1e3:8.1f} ms (min {r['min_s'] * 1e3:.1f}, "
           f"max {r['max_s'] * 1e3:.1f})  {r['img_s']:8.0f} img/s  {r['gflops']:6.1f} GFLOP/s ({what})", flush=True)
 
 
@@ -159,14 +167,19 @@ def bench_net(name, args):
         print(f"   {layer:40s} {layer_macs:>12,d}")
     result = {"params": params, "macs_per_img": macs, "rows": layers, "train": {}, "infer": {}}
     for batch in args.batches:
-        for mode in args.train_modes:
-            timing = time_train(name, batch, mode, args.device, args.warmup, args.steps)
-            r = result["train"][f"{mode}@{batch}"] = row(batch, timing, 3 * forward_flops)
-            print_row("train", mode, batch, r, "3 x forward")
-        for mode in args.infer_modes:
-            timing = time_infer(name, batch, mode, args.device, args.warmup, args.steps)
-            r = result["infer"][f"{mode}@{batch}"] = row(batch, timing, forward_flops)
-            print_row("infer", mode, batch, r, "forward")
+        for kind, modes, timer, flops, what in (("train", args.train_modes, time_train, 3 * forward_flops, "3 x forward"),
+                                                ("infer", args.infer_modes, time_infer, forward_flops, "forward")):
+            for mode in modes:
+                try:
+                    timing = timer(name, batch, mode, args.device, args.warmup, args.steps)
+                except Exception as e:  # noqa: BLE001 - torch.compile's failures vary by machine
+                    if not parse_mode(mode)[2]:
+                        raise
+                    print(f"  {kind} {mode} B={batch}: torch.compile failed, no row: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}", flush=True)
+                    continue
+                r = result[kind][f"{mode}@{batch}"] = row(batch, timing, flops)
+                print_row(kind, mode, batch, r, what)
     return result
 
 

@@ -3,7 +3,13 @@
 net, precision, batch, demi img/s, torch img/s, demi/torch. Used by scripts/bench-vs-pytorch.
 
 torch's best layout is the fair opponent: for fp32 the faster of fp32 and fp32_cl (channels_last),
-for bf16 the faster of bf16 and bf16_cl; fp16 is fp16 alone.
+for bf16 the faster of bf16 and bf16_cl, for fp16 of fp16 and fp16_cl (where run). demi's rows too
+are its faster layout where bench_train_step ran both (--memory-format contiguous,channels_last).
+torch.compile'd runs (modes with _compiled) make a column of their own, the faster layout again.
+
+With --targets GPU_NAME (scripts/gpu-check), also prints the GPU targets with PASS/FAIL: every row
+at least 1.2x PyTorch eager; AirNet's bf16 and fp16 steps at batch 1024 at least 250k images/s on an
+H200 (180k on an H100) and at least 1.0x torch.compile'd PyTorch where that column exists.
 
 On CUDA, PyTorch's fp32 convolutions use TF32 by default (torch.backends.cudnn.allow_tf32), demi's
 fp32 does not (set_allow_tf32, off). demi's tf32 rows meet torch's default fp32 runs; its fp32 rows
@@ -22,7 +28,10 @@ import statistics
 import sys
 
 TORCH_MODES = {"fp32": ("fp32", "fp32_cl"), "tf32": ("fp32", "fp32_cl"), "bf16": ("bf16", "bf16_cl"),
-               "fp16": ("fp16",)}
+               "fp16": ("fp16", "fp16_cl")}
+EAGER_TARGET = 1.2  # demi / PyTorch eager, every row
+# AirNet's bf16 and fp16 steps at batch 1024, images/s, by the GPU's name
+AIRNET_TARGET = {"H200": 250_000, "H100": 180_000}
 
 
 def load(paths):
@@ -37,25 +46,61 @@ def load(paths):
 
 
 def demi_rows(runs, device):
-    """(net, precision, batch) -> demi row, rows of `device` only (torch_train_step ran on one device)."""
+    """(net, precision, batch) -> demi's row of its faster layout, rows of `device` only (torch_train_step
+    ran on one device); each row gains "layout" ("cl" for channels_last, else "")."""
     rows = {}
     for run in runs:
         for r in run.get("rows", []):
-            if r.get("device", "").split(":")[0] == device and "img_s" in r:
-                rows[(r["net"], r["precision"], r["batch"])] = r
+            if r.get("device", "").split(":")[0] != device or "img_s" not in r or r.get("checkpoint_activations"):
+                continue
+            key = (r["net"], r["precision"], r["batch"])
+            if key not in rows or r["img_s"] > rows[key]["img_s"]:
+                rows[key] = dict(r, layout="cl" if r.get("channels_last") else "")
     return rows
 
 
-def torch_best(runs, net, precision, batch):
-    """(img/s, mode) of torch's fastest layout for this precision, or None when it was not run."""
+def torch_best(runs, net, precision, batch, suffix=""):
+    """(img/s, mode) of torch's fastest layout for this precision (modes with `suffix`, e.g. _compiled), or
+    None when it was not run."""
     best = None
     for run in runs:
         train = run.get("nets", {}).get(net, {}).get("train", {})
         for mode in TORCH_MODES.get(precision, ()):
-            r = train.get(f"{mode}@{batch}")
+            r = train.get(f"{mode}{suffix}@{batch}")
             if r and (best is None or r["img_s"] > best[0]):
-                best = (r["img_s"], mode)
+                best = (r["img_s"], mode + suffix)
     return best
+
+
+def print_targets(merged, gpu_name):
+    """The GPU targets, one PASS/FAIL line each; returns how many failed."""
+    airnet_floor = next((v for k, v in AIRNET_TARGET.items() if k in gpu_name), None)
+    print(f"\ntargets on {gpu_name or 'an unnamed GPU'}:")
+    fails = 0
+
+    def verdict(ok, text):
+        nonlocal fails
+        fails += 0 if ok else 1
+        print(f"  {'PASS' if ok else 'FAIL'}  {text}")
+
+    for r in merged:
+        what = f"{r['net']} {r['precision']} batch {r['batch']}"
+        if r["ratio"] is None:
+            print(f"  ----  {what}: no PyTorch eager row")
+            continue
+        verdict(r["ratio"] >= EAGER_TARGET, f"{what}: {r['ratio']:.2f}x PyTorch eager ({r['torch_mode']}), "
+                f"target {EAGER_TARGET}x")
+        if r["net"] != "AirNet" or r["precision"] not in ("bf16", "fp16") or r["batch"] != 1024:
+            continue
+        if airnet_floor:
+            verdict(r["demi_img_s"] >= airnet_floor, f"{what}: {r['demi_img_s']:,.0f} images/s, target "
+                    f"{airnet_floor:,} on this GPU")
+        if r.get("compiled_ratio") is not None:
+            verdict(r["compiled_ratio"] >= 1.0, f"{what}: {r['compiled_ratio']:.2f}x torch.compile'd PyTorch "
+                    f"({r['compiled_mode']}), target 1.0x")
+        else:
+            print(f"  ----  {what}: no torch.compile'd row")
+    return fails
 
 
 def summarise_rounds(paths, json_out):
@@ -108,6 +153,8 @@ def main():
     ap.add_argument("--torch", nargs="*", default=[])
     ap.add_argument("--torch-strict-fp32", nargs="*", default=[], help="torch runs with TF32 off, for demi's fp32")
     ap.add_argument("--json", help="also write the merged rows here")
+    ap.add_argument("--targets", metavar="GPU_NAME", help="print the GPU targets with PASS/FAIL (the GPU's name picks "
+                    "the images/s floor: H200 or H100)")
     ap.add_argument("--rounds", nargs="*", default=None, help="summarise these merged tables (one a round) instead")
     a = ap.parse_args()
     if a.rounds is not None:
@@ -126,23 +173,37 @@ def main():
     where = f"CPU, threads {threads}, demi kernels {', '.join(isas)}" if a.device == "cpu" else "CUDA"
     print(f"\ndemi vs PyTorch {', '.join(versions) or '(no torch results)'}, {where}; "
           f"one training step, median of timed steps (higher img/s is better)")
-    header = f"{'net':9s} {'precision':9s} {'batch':>5s} {'demi img/s':>11s} {'torch img/s':>12s} {'torch mode':>10s} " \
-             f"{'demi/torch':>10s}"
+    any_compiled = any(k.split("@")[0].endswith("_compiled") for run in torch_runs
+                       for net in run.get("nets", {}).values() for k in net.get("train", {}))
+    header = f"{'net':9s} {'precision':9s} {'batch':>5s} {'demi img/s':>11s} {'layout':>6s} {'torch img/s':>12s} " \
+             f"{'torch mode':>10s} {'demi/torch':>10s}"
+    if any_compiled:
+        header += f" {'compiled img/s':>14s} {'demi/compiled':>13s}"
     print(header)
     print("-" * len(header))
+    fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
     merged = []
     nets = list(dict.fromkeys(k[0] for k in rows))  # first-seen order
     for net in nets:
         for key in sorted((k for k in rows if k[0] == net), key=lambda k: (k[2], list(TORCH_MODES).index(k[1]))):
             _, precision, batch = key
-            d = rows[key]["img_s"]
+            d, layout = rows[key]["img_s"], rows[key]["layout"] or "nchw"
             t = torch_best(strict_runs if precision == "fp32" and strict_runs else torch_runs, net, precision, batch)
+            c = torch_best(torch_runs, net, precision, batch, "_compiled") if precision != "fp32" else None
             ratio = d / t[0] if t else None
-            torch_ips = f"{t[0]:.1f}" if t else "-"
-            print(f"{net:9s} {precision:9s} {batch:5d} {d:11.1f} {torch_ips:>12s} {t[1] if t else '-':>10s} "
-                  f"{f'{ratio:.2f}' if ratio else '-':>10s}")
+            compiled_ratio = d / c[0] if c else None
+            line = f"{net:9s} {precision:9s} {batch:5d} {d:11.1f} {layout:>6s} {fmt(t and t[0], '.1f'):>12s} " \
+                   f"{t[1] if t else '-':>10s} {fmt(ratio, '.2f'):>10s}"
+            if any_compiled:
+                line += f" {fmt(c and c[0], '.1f'):>14s} {fmt(compiled_ratio, '.2f'):>13s}"
+            print(line)
             merged.append({"net": net, "precision": precision, "batch": batch, "demi_img_s": d,
-                           "torch_img_s": t[0] if t else None, "torch_mode": t[1] if t else None, "ratio": ratio})
+                           "demi_layout": rows[key]["layout"], "torch_img_s": t[0] if t else None,
+                           "torch_mode": t[1] if t else None, "ratio": ratio,
+                           "compiled_img_s": c[0] if c else None, "compiled_mode": c[1] if c else None,
+                           "compiled_ratio": compiled_ratio})
+    if a.targets is not None:
+        print_targets(merged, a.targets)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"torch": versions, "threads": threads, "cpu_isa": isas, "rows": merged}, f, indent=1)
