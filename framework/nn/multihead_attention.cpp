@@ -1,5 +1,5 @@
-// nn::MultiheadAttention: the in-projection (one linear for self-attention, three for distinct
-// query, key and value), the heads split by a reshape and one permute, torch's masks merged into
+// nn::MultiheadAttention: the in-projection (three linears on the rows of in_proj_weight), the
+// heads split by a reshape and one permute, torch's masks merged into
 // the one mask scaled_dot_product_attention takes, all heads in one call, then out_proj.
 #include "framework/nn/multihead_attention.h"
 
@@ -112,21 +112,15 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   DEMI_CHECK(key.shape() == value.shape() && key.size(bf ? 0 : 1) == N, op, ": key ", key.shape(), " and value ",
              value.shape(), " must have one shape, with query's batch ", N);
   const int64_t H = num_heads_, head_dim = embed_dim_ / H;
-  Tensor q, k, v;
-  if (query.is_same(key) && key.is_same(value)) {  // self-attention: one product for q, k and v
-    const Tensor qkv =
-        linear(query, in_proj_weight, in_proj_bias).reshape({query.size(0), query.size(1), 3, H, head_dim});
-    // [3, N, H, L, head_dim]
-    const Tensor heads = bf ? qkv.permute({2, 0, 3, 1, 4}) : qkv.permute({2, 1, 3, 0, 4});
-    q = heads.select(0, 0), k = heads.select(0, 1), v = heads.select(0, 2);
-  } else {
-    const Tensor w = in_proj_weight.reshape({3, embed_dim_, embed_dim_});
-    const Tensor b = in_proj_bias.defined() ? in_proj_bias.reshape({3, embed_dim_}) : Tensor();
-    auto project = [&](const Tensor& x, int64_t i) {
-      return split_heads(linear(x, w.select(0, i), b.defined() ? b.select(0, i) : Tensor()));
-    };
-    q = project(query, 0), k = project(key, 1), v = project(value, 2);
-  }
+  // One product per projection, self-attention too: one [3 * E] product split by select would
+  // cost its backward three zero-filled gradients of the whole product and two sums of them; the
+  // weight's rows split for free, and the three input gradients sum at a third of the size.
+  const Tensor w = in_proj_weight.reshape({3, embed_dim_, embed_dim_});
+  const Tensor b = in_proj_bias.defined() ? in_proj_bias.reshape({3, embed_dim_}) : Tensor();
+  auto project = [&](const Tensor& x, int64_t i) {
+    return split_heads(linear(x, w.select(0, i), b.defined() ? b.select(0, i) : Tensor()));
+  };
+  const Tensor q = project(query, 0), k = project(key, 1), v = project(value, 2);
   // is_causal with attn_mask is torch's hint that attn_mask is the causal mask: attn_mask applies.
   const bool causal_alone = is_causal && !attn_mask.defined() && !key_padding_mask.defined();
   const Tensor attn = is_causal && !attn_mask.defined() && key_padding_mask.defined()
