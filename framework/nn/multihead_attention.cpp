@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "framework/amp/autocast_apply.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/nn/init.h"
 #include "framework/ops/ops.h"
@@ -111,7 +112,7 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   const int64_t N = query.size(bf ? 0 : 1), L = query.size(bf ? 1 : 0), S = key.size(bf ? 1 : 0);
   DEMI_CHECK(key.shape() == value.shape() && key.size(bf ? 0 : 1) == N, op, ": key ", key.shape(), " and value ",
              value.shape(), " must have one shape, with query's batch ", N);
-  const int64_t H = num_heads_, head_dim = embed_dim_ / H;
+  const int64_t H = num_heads_;
   // One product per projection, self-attention too: one [3 * E] product split by select would
   // cost its backward three zero-filled gradients of the whole product and two sums of them; the
   // weight's rows split for free, and the three input gradients sum at a third of the size.
@@ -120,7 +121,16 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   auto project = [&](const Tensor& x, int64_t i) {
     return split_heads(linear(x, w.select(0, i), b.defined() ? b.select(0, i) : Tensor()));
   };
-  const Tensor q = project(query, 0), k = project(key, 1), v = project(value, 2);
+  // Self-attention under autocast: the input cast once, not by each product (three casts, and
+  // three saved copies for backward).
+  const bool self = query.is_same(key) && key.is_same(value);
+  Tensor x = query;
+  DType target;
+  if (self && amp::detail::any_autocast_enabled() &&
+      amp::detail::autocast_target(amp::Category::LowerPrecision, {&query}, &target)) {
+    x = amp::detail::autocast_input(query, target);
+  }
+  const Tensor q = project(x, 0), k = project(self ? x : key, 1), v = project(self ? x : value, 2);
   // is_causal with attn_mask is torch's hint that attn_mask is the causal mask: attn_mask applies.
   const bool causal_alone = is_causal && !attn_mask.defined() && !key_padding_mask.defined();
   const Tensor attn = is_causal && !attn_mask.defined() && key_padding_mask.defined()
