@@ -313,6 +313,7 @@ OPS = {
     "argmax": lambda x, p: [torch.argmax(x[0], dim=p["dim"], keepdim=p["keepdim"])],
     "reshape": lambda x, p: [x[0].reshape(p["shape"])],
     "transpose": lambda x, p: [x[0].transpose(p["dim0"], p["dim1"])],
+    "contiguous": lambda x, p: [x[0].contiguous(memory_format=getattr(torch, p["memory_format"])) * 2.0],
     "select": lambda x, p: [x[0].select(p["dim"], p["index"])],
     "cat": lambda x, p: [torch.cat(x, dim=p["dim"])],
     "matmul": lambda x, p: [x[0] @ x[1]],
@@ -373,6 +374,8 @@ def run_torch(case, inputs, gy, dtype64, autocast_dtype):
     args = list(x)
     if name in PRE_SCALE:
         args[0] = args[0] * PRE_SCALE[name]
+    if (case["params"] or {}).get("channels_last"):  # demi's case converts its 4-D inputs alike
+        args = [a.contiguous(memory_format=torch.channels_last) if a.dim() == 4 else a for a in args]
     if autocast_dtype is not None and not dtype64:
         with torch.autocast("cpu", dtype=autocast_dtype):
             y = OPS[case["op"]](args, case["params"])

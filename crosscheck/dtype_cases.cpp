@@ -364,6 +364,36 @@ void attention_cases(const CaseList& add) {
       {normal({2, 2, 33, 16}), normal({2, 2, 40, 16}), normal({2, 2, 40, 16})}, sdpa("none", false, 30.0));
 }
 
+// channels_last inputs (params "channels_last": compare.py converts PyTorch's 4-D inputs likewise):
+// the NHWC kernels where the device has them (CUDA), a contiguous copy elsewhere; the same values.
+void channels_last_cases(const CaseList& add) {
+  const auto nhwc = [](const Tensor& t) { return t.contiguous(MemoryFormat::ChannelsLast); };
+  add("contiguous_channels_last", "contiguous", {{"memory_format", "channels_last"}}, {normal({2, 5, 4, 3})},
+      one([nhwc](auto& x) { return nhwc(x[0]) * 2.0; }));
+  add("conv2d_3x3_p1_bias_channels_last", "conv2d", {{"stride", 1}, {"padding", 1}, {"channels_last", true}},
+      {normal({4, 8, 9, 11}), normal({12, 8, 3, 3}), normal({12})},
+      one([nhwc](auto& x) { return conv2d(nhwc(x[0]), nhwc(x[1]), x[2], 1, 1); }));
+  add("conv2d_1x1_s2_channels_last", "conv2d", {{"stride", 2}, {"padding", 0}, {"channels_last", true}},
+      {normal({4, 16, 8, 8}), normal({24, 16, 1, 1})}, one([nhwc](auto& x) { return conv2d(nhwc(x[0]), x[1], Tensor(), 2, 0); }));
+  const json k3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"channels_last", true}};
+  add("max_pool2d_k3_s2_p1_ties_channels_last", "max_pool2d", k3, {ties({2, 40, 9, 10})},
+      one([nhwc](auto& x) { return max_pool2d(nhwc(x[0]), 3, 2, 1); }));
+  add("avg_pool2d_k3_s2_p1_channels_last", "avg_pool2d", k3, {normal({2, 40, 9, 10})},
+      one([nhwc](auto& x) { return avg_pool2d(nhwc(x[0]), 3, 2, 1); }));
+  for (const bool training : {true, false}) {
+    const json params = {{"training", training}, {"momentum", 0.1}, {"eps", 1e-5}, {"activation", "none"},
+                         {"channels_last", true}};
+    add(training ? "batch_norm_train_channels_last" : "batch_norm_eval_channels_last", "batch_norm", params,
+        {normal({8, 70, 5, 6}), fp32_state({70}, Draw::Normal), fp32_state({70}, Draw::Positive), fp32_param({70}),
+         fp32_param({70})},
+        [nhwc, training](const std::vector<Tensor>& t) {
+          BatchNormOptions o;
+          o.training = training;
+          return std::vector<Tensor>{batch_norm(nhwc(t[0]), t[1], t[2], t[3], t[4], o), t[1], t[2]};
+        });
+  }
+}
+
 }  // namespace
 
 std::vector<Case> dtype_cases() {
@@ -373,6 +403,7 @@ std::vector<Case> dtype_cases() {
   reduction_and_shape_cases(add);
   product_cases(add);
   batch_norm_cases(add);
+  channels_last_cases(add);
   softmax_and_loss_cases(add);
   dropout_embedding_cases(add);
   tensor_op_cases(add, kReductionShape);
