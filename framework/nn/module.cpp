@@ -76,11 +76,10 @@ Module& Module::to(DType dtype) {
 Module& Module::to(const Device& device) {
   NoGradGuard no_grad;
   apply([&device](Module& m) {
-    for (auto& [name, t] : m.params_) {
-      if (t.defined()) assign_(t, t.to(device));
-    }
-    for (auto& [name, t] : m.buffers_) {
-      if (t.defined()) assign_(t, t.to(device));
+    for (auto* tensors : {&m.params_, &m.buffers_}) {
+      for (auto& [name, t] : *tensors) {
+        if (t.defined()) assign_(t, t.to(device));
+      }
     }
   });
   return *this;
