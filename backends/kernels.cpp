@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "backends/attention_checks.h"
+#include "backends/augment_checks.h"
 #include "backends/kernel_checks.h"
 #include "backends/layer_norm_checks.h"
 
@@ -170,6 +171,11 @@ void Kernels::layer_norm_forward(const LayerNormArgs& args) {
 void Kernels::layer_norm_backward(const LayerNormArgs& args) {
   check_layer_norm_backward(args);
   if (args.cols > 0) layer_norm_backward_impl(args);
+}
+
+void Kernels::augment_images(const AugmentArgs& args) {
+  check_augment_images(args);
+  if (args.output.numel() > 0) augment_images_impl(args);
 }
 
 }  // namespace demi::backend

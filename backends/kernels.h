@@ -308,6 +308,22 @@ struct LayerNormArgs {
   double eps = 1e-5;
 };
 
+// DataLoader's last step, on the batch's device: rows of a uint8 image set gathered, cropped,
+// flipped, normalised and cut out. images U8 [N, 3, H, W] (the dataset as stored); lut F32 [3, 256]:
+// each channel's normalised value of each pixel value; plan I64 [B, 6], per output row: the source
+// image, the crop offsets dy and dx, flip (0 or 1), the cutout centre cy and cx (-1: none); output
+// [B, 3, H, W] F32, F16 or BF16 (stored NHWC when channels_last). Output (y, x) reads source (y + dy,
+// x' + dx), x' = W - 1 - x when flipped (the flip follows the crop, as torchvision's); a source pixel
+// outside the image reads pixel value 0, or with reflect the image mirrored at its border (the edge
+// pixel not repeated; |dy| < H and |dx| < W). The cutout square (side `cutout`, centred at (cy, cx)
+// with cutout / 2 before it, clipped at the border) is 0. Each value is rounded once into the output.
+struct AugmentArgs {
+  TensorRef images, lut, plan, output;
+  int cutout = 0;
+  bool reflect = false;
+  bool channels_last = false;
+};
+
 // The kernel families, for Kernels::supports().
 enum class KernelFamily {
   Elementwise,  // fill, cast, unary, binary, argmax, argmin, permute, where
@@ -392,6 +408,7 @@ class Kernels {
   void attention_backward(const AttentionArgs& args);
   void layer_norm_forward(const LayerNormArgs& args);
   void layer_norm_backward(const LayerNormArgs& args);
+  void augment_images(const AugmentArgs& args);
 
  protected:
   // What a device implements, called with checked arguments (and the geometry the check derived).
@@ -429,6 +446,7 @@ class Kernels {
   virtual void attention_backward_impl(const AttentionArgs& args, const AttnGeom& g) = 0;
   virtual void layer_norm_forward_impl(const LayerNormArgs& args) = 0;
   virtual void layer_norm_backward_impl(const LayerNormArgs& args) = 0;
+  virtual void augment_images_impl(const AugmentArgs& args) = 0;
 };
 
 // The kernels of a device. Throws demi::Error when the device is absent or its backend was not

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <thread>
 
+#include "backends/kernels.h"
 #include "datasets/random.h"
 
 namespace demi::data {
@@ -18,20 +19,16 @@ const Normalization kCifar10Normalization = {{0.4914f, 0.4822f, 0.4465f}, {0.247
 
 namespace {
 constexpr int64_t kSide = 32;
-constexpr int64_t kPlane = kSide * kSide;
-constexpr int64_t kImage = 3 * kPlane;
 constexpr uint64_t kOrderTag = 0x0bde4;    // stream of the epoch's permutation
 constexpr uint64_t kAugmentTag = 0xa46e;  // stream of the batches' crops, flips and cutouts
 constexpr uint64_t kFlipTag = 0xf11b;     // each example's epoch-0 flip under alternating flips
-
-// Source index of padded coordinate i (in [-p, 32 + p)): the image mirrored at its border.
-int64_t reflect(int64_t i) { return i < 0 ? -i : (i >= kSide ? 2 * (kSide - 1) - i : i); }
 }  // namespace
 
 struct DataLoader::State {
   Dataset data;
   Options options;
-  float lut[3][256];  // (pixel / 255 - mean) / std per channel: exact and branch-free
+  Tensor images;  // the dataset's images on the loader's device (data.images itself on the CPU)
+  Tensor lut;     // F32 [3, 256] on that device: (pixel / 255 - mean) / std per channel
 
   // The epoch being served; written only while no worker runs.
   std::vector<int64_t> order;
@@ -45,6 +42,15 @@ struct DataLoader::State {
   std::exception_ptr error;
   bool done = true;   // the worker has produced its last batch (or failed)
   bool stop = false;  // asks the worker to quit
+
+  // Without a worker (off the CPU, or num_workers 0) start_epoch draws the whole epoch's plan and labels and uploads
+  // them once, so that making a batch copies nothing from the host (a copy would wait for the
+  // device to finish the previous step). Batch b's rows are [batch_rows[b], batch_rows[b + 1]).
+  Tensor epoch_plan, epoch_labels;  // I64 [rows, 6] and [rows], on the device
+  std::vector<int64_t> batch_rows;
+  int64_t next_batch = 0;  // the batch next() makes next
+
+  bool threaded() const { return images.device().is_cpu() && options.num_workers > 0; }
 
   void stop_worker() {
     {
@@ -89,23 +95,17 @@ struct DataLoader::State {
     return detail::derive_seed(detail::derive_seed(options.seed, kFlipTag), static_cast<uint64_t>(example)) >> 63;
   }
 
-  Batch make_batch(int64_t b) const {
+  // Batch b's rows of this shard as augment_images' plan (source, dy, dx, flip, cutout centre) and
+  // their labels. Every row's random draws are made, in order, so that a row is augmented the same
+  // whichever shard serves it.
+  void plan_batch(int64_t b, std::vector<int64_t>& plan, std::vector<int64_t>& row_labels) const {
     const int64_t n = data.size();
     const int64_t begin = b * options.batch_size;
     const int64_t count = std::min(options.batch_size, n - begin);
-    // This shard's rows [lo, hi) of the batch; every row's random draws are still made, in order,
-    // so that a row is augmented the same whichever shard serves it.
     const int64_t lo = count * options.shard / options.num_shards;
     const int64_t hi = count * (options.shard + 1) / options.num_shards;
-    const uint8_t* images = data.images.data<uint8_t>();
     const int64_t* labels = data.labels.data<int64_t>();
     const int64_t num_classes = static_cast<int64_t>(data.classes.size());
-
-    Batch out;
-    out.labels = empty({hi - lo}, DType::I64);
-    int64_t* out_labels = out.labels.data<int64_t>();
-    Tensor f32 = empty({hi - lo, 3, kSide, kSide}, DType::F32);
-    float* dst = f32.data<float>();
     detail::Rng rng(detail::derive_seed(detail::derive_seed(detail::derive_seed(options.seed, kAugmentTag), epoch), b));
     const AugmentOptions& aug = options.augmentation;
     for (int64_t i = 0; i < count; ++i) {
@@ -116,8 +116,8 @@ struct DataLoader::State {
       const bool random_flip = rng.next() >> 63;
       // Cutout's centre: anywhere in the image, the square clipped at the border (DeVries & Taylor, 2017).
       const bool cut = options.augment && aug.cutout > 0;
-      const int64_t cy = cut ? static_cast<int64_t>(rng.below(kSide)) : 0;
-      const int64_t cx = cut ? static_cast<int64_t>(rng.below(kSide)) : 0;
+      const int64_t cy = cut ? static_cast<int64_t>(rng.below(kSide)) : -1;
+      const int64_t cx = cut ? static_cast<int64_t>(rng.below(kSide)) : -1;
       if (i < lo || i >= hi) continue;  // another shard's row
 
       const int64_t index = order[static_cast<size_t>(begin + i)];
@@ -126,44 +126,54 @@ struct DataLoader::State {
       const int64_t label = labels[index];
       DEMI_CHECK(label >= 0 && (num_classes == 0 || label < num_classes), "DataLoader: example ", index, " has label ",
                  label, ", outside [0, ", num_classes, "); fix the dataset's labels or its class list");
-      out_labels[i - lo] = label;
-      const uint8_t* src = images + index * kImage;
-      float* out_image = dst + (i - lo) * kImage;
-      if (!options.augment) {
-        for (int64_t c = 0; c < 3; ++c)
-          for (int64_t k = 0; k < kPlane; ++k) out_image[c * kPlane + k] = lut[c][src[c * kPlane + k]];
-        continue;
-      }
-      const bool mirror_border = aug.padding == Padding::Reflect;
-      for (int64_t c = 0; c < 3; ++c) {
-        for (int64_t y = 0; y < kSide; ++y) {
-          const int64_t sy = mirror_border ? reflect(y + dy) : y + dy;
-          for (int64_t x = 0; x < kSide; ++x) {
-            int64_t sx = (flip ? kSide - 1 - x : x) + dx;  // flip after the crop, as torchvision
-            if (mirror_border) sx = reflect(sx);
-            const bool inside = sy >= 0 && sy < kSide && sx >= 0 && sx < kSide;
-            out_image[c * kPlane + y * kSide + x] = lut[c][inside ? src[c * kPlane + sy * kSide + sx] : 0];
-          }
-        }
-      }
-      if (cut) {
-        const int64_t y0 = std::max<int64_t>(0, cy - aug.cutout / 2), y1 = std::min(kSide, cy - aug.cutout / 2 + aug.cutout);
-        const int64_t x0 = std::max<int64_t>(0, cx - aug.cutout / 2), x1 = std::min(kSide, cx - aug.cutout / 2 + aug.cutout);
-        for (int64_t c = 0; c < 3; ++c)
-          for (int64_t y = y0; y < y1; ++y)
-            std::fill(out_image + c * kPlane + y * kSide + x0, out_image + c * kPlane + y * kSide + x1, 0.0f);
-      }
+      row_labels.push_back(label);
+      plan.insert(plan.end(), {index, dy, dx, flip ? 1 : 0, cy, cx});
     }
-    out.images = f32;
-    if (options.dtype == DType::F16) {
-      out.images = empty(f32.shape(), DType::F16);
-      Half* h = out.images.data<Half>();
-      for (int64_t k = 0; k < f32.numel(); ++k) h[k] = Half(dst[k]);
-    } else if (options.dtype == DType::BF16) {
-      out.images = empty(f32.shape(), DType::BF16);
-      BFloat16* h = out.images.data<BFloat16>();
-      for (int64_t k = 0; k < f32.numel(); ++k) h[k] = BFloat16(dst[k]);
+  }
+
+  // Every batch of the epoch planned on the host and uploaded to the device. A bad label ends the
+  // plan there: the batches before it are served, then next() reports the error, as the worker does.
+  void plan_epoch() {
+    std::vector<int64_t> plan, row_labels;
+    batch_rows.assign(1, 0);
+    try {
+      for (int64_t b = 0; b < batches; ++b) {
+        plan_batch(b, plan, row_labels);
+        batch_rows.push_back(static_cast<int64_t>(row_labels.size()));
+      }
+    } catch (...) {
+      error = std::current_exception();
     }
+    const int64_t rows = batch_rows.back();
+    plan.resize(static_cast<size_t>(rows * 6)), row_labels.resize(static_cast<size_t>(rows));
+    epoch_plan = tensor(plan, {rows, 6}).to(images.device());
+    epoch_labels = tensor(row_labels, {rows}).to(images.device());
+  }
+
+  // With a worker: batch b planned and rendered on the worker thread.
+  Batch make_batch(int64_t b) const {
+    std::vector<int64_t> plan, row_labels;
+    plan_batch(b, plan, row_labels);
+    const int64_t rows = static_cast<int64_t>(row_labels.size());
+    return render(tensor(plan, {rows, 6}), tensor(row_labels, {rows}));
+  }
+
+  // The images of a plan, rendered by augment_images on the loader's device from its copy of the
+  // dataset.
+  Batch render(const Tensor& plan, Tensor labels) const {
+    const int64_t rows = plan.size(0);
+    Batch out;
+    out.labels = std::move(labels);
+    out.images = empty({rows, 3, kSide, kSide}, options.dtype, images.device(), options.memory_format);
+    backend::AugmentArgs a;
+    a.images = images.ref();
+    a.lut = lut.ref();
+    a.plan = plan.ref();
+    a.output = backend::TensorRef{out.images.data_ptr(), out.images.shape(), out.images.dtype()};
+    a.cutout = options.augment ? options.augmentation.cutout : 0;
+    a.reflect = options.augment && options.augmentation.padding == Padding::Reflect;
+    a.channels_last = out.images.suggest_memory_format() == MemoryFormat::ChannelsLast;
+    kernels(out.images).augment_images(a);
     return out;
   }
 };
@@ -183,6 +193,8 @@ DataLoader::DataLoader(Dataset data, const Options& options) : state_(std::make_
              " of num_shards ", o.num_shards, " is not a shard; need 0 <= shard < num_shards");
   DEMI_CHECK(o.num_shards <= o.batch_size, "DataLoader: batch_size ", o.batch_size, " cannot be cut into ",
              o.num_shards, " shards; use a batch of at least one example per rank");
+  DEMI_CHECK(o.num_workers == 0 || o.num_workers == 1, "DataLoader: num_workers must be 0 (batches made in next()) or ",
+             "1 (one background thread), got ", o.num_workers);
   DEMI_CHECK(o.prefetch_batches >= 1, "DataLoader: prefetch_batches must be >= 1, got ", o.prefetch_batches);
   DEMI_CHECK(o.augmentation.crop_padding >= 0 && o.augmentation.crop_padding <= kSide,
              "DataLoader: augmentation.crop_padding must be in [0, 32], got ", o.augmentation.crop_padding);
@@ -192,12 +204,17 @@ DataLoader::DataLoader(Dataset data, const Options& options) : state_(std::make_
              "DataLoader: augmentation.cutout must be in [0, 32] (0 = off), got ", o.augmentation.cutout);
   DEMI_CHECK(o.dtype == DType::F32 || o.dtype == DType::F16 || o.dtype == DType::BF16,
              "DataLoader: dtype must be float32, float16 or bfloat16, got ", o.dtype);
+  DEMI_CHECK(o.memory_format == MemoryFormat::Contiguous || o.memory_format == MemoryFormat::ChannelsLast,
+             "DataLoader: memory_format must be Contiguous or ChannelsLast, got ", o.memory_format);
+  std::vector<float> lut(3 * 256);
   for (int c = 0; c < 3; ++c) {
     DEMI_CHECK(o.normalization.std[c] > 0.0f, "DataLoader: normalization.std[", c, "] must be > 0, got ",
                o.normalization.std[c]);
     for (int v = 0; v < 256; ++v)
-      state_->lut[c][v] = (static_cast<float>(v) / 255.0f - o.normalization.mean[c]) / o.normalization.std[c];
+      lut[c * 256 + v] = (static_cast<float>(v) / 255.0f - o.normalization.mean[c]) / o.normalization.std[c];
   }
+  state_->lut = tensor(lut, {3, 256}).to(o.device);
+  state_->images = data.images.to(o.device);
   state_->data = std::move(data);
   state_->options = options;
   state_->batches = batches_per_epoch();
@@ -219,20 +236,34 @@ void DataLoader::start_epoch(int64_t epoch) {
     detail::shuffle(s.order, rng);
   }
   s.done = false;
-  s.worker = std::thread([&s] { s.run(); });
+  if (s.threaded()) {
+    s.worker = std::thread([&s] { s.run(); });
+  } else {
+    s.plan_epoch();
+    s.next_batch = 0;
+  }
 }
 
 bool DataLoader::next(Batch& out) {
   State& s = *state_;
   DEMI_CHECK(s.epoch >= 0, "DataLoader::next: no epoch started; call start_epoch(epoch) first");
-  std::unique_lock<std::mutex> lock(s.mutex);
-  s.changed.wait(lock, [&] { return !s.queue.empty() || s.done; });
-  if (!s.queue.empty()) {
-    out = std::move(s.queue.front());
-    s.queue.pop_front();
-    lock.unlock();
-    s.changed.notify_all();
-    return true;
+  if (!s.threaded()) {  // made now, on the calling thread (off the CPU: one kernel launch)
+    if (s.next_batch + 1 < static_cast<int64_t>(s.batch_rows.size())) {
+      const int64_t lo = s.batch_rows[s.next_batch], hi = s.batch_rows[s.next_batch + 1];
+      ++s.next_batch;
+      out = s.render(s.epoch_plan.slice(lo, hi), s.epoch_labels.slice(lo, hi).clone());
+      return true;
+    }
+  } else {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.changed.wait(lock, [&] { return !s.queue.empty() || s.done; });
+    if (!s.queue.empty()) {
+      out = std::move(s.queue.front());
+      s.queue.pop_front();
+      lock.unlock();
+      s.changed.notify_all();
+      return true;
+    }
   }
   if (s.error) {
     std::exception_ptr error = s.error;

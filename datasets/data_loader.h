@@ -1,6 +1,8 @@
 // DataLoader: shuffles, gathers, augments (random crop with zero padding, horizontal flip, cutout)
 // and normalises batches on a background thread, a bounded queue ahead of the training loop.
-// Every random choice derives from (seed, epoch, batch index), never from timing.
+// Every random choice derives from (seed, epoch, batch index), never from timing. With a device
+// other than the CPU, the dataset is copied there once and each batch is made there by one kernel
+// (augment_images) when next() asks for it: the host only draws the batch's random choices.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +36,7 @@ struct AugmentOptions {
 };
 
 struct Batch {
-  Tensor images;  // [B, 3, 32, 32] normalised, dtype Options::dtype
+  Tensor images;  // [B, 3, 32, 32] normalised, dtype Options::dtype, on Options::device
   Tensor labels;  // I64 [B]
 };
 
@@ -47,9 +49,15 @@ class DataLoader {
     AugmentOptions augmentation;
     bool drop_last = false;  // drop the final short batch
     uint64_t seed = 0;
+    // 1: batches are made on a background thread, up to prefetch_batches ahead of next(); 0: each
+    // in next(), on the calling thread (PyTorch's num_workers = 0). Off the CPU batches are always
+    // made in next(): making one is a kernel launch.
+    int num_workers = 1;
     int prefetch_batches = 4;  // queue bound: batches prepared ahead of next()
     Normalization normalization = kCifar10Normalization;
     DType dtype = DType::F32;  // of Batch::images: F32, F16 or BF16
+    Device device = Device::cpu();  // where batches are made and returned (labels too)
+    MemoryFormat memory_format = MemoryFormat::Contiguous;  // of Batch::images: ChannelsLast stores NHWC
     // Data parallel: each batch of batch_size examples is cut into num_shards parts (sizes differ
     // by at most one) and this loader yields part `shard`; rank r of N passes shard = r and
     // num_shards = N. Every rank uses the same seed, so the parts are disjoint and together are
@@ -66,7 +74,8 @@ class DataLoader {
   // Starts (or restarts) an epoch: its order and augmentation derive from (seed, epoch), so a run
   // resumed at epoch e sees the same batches as one that never stopped.
   void start_epoch(int64_t epoch);
-  // The next batch of the epoch, or false at its end. Rethrows an error raised by the worker.
+  // The next batch of the epoch, or false at its end. Rethrows an error raised making a batch (a bad
+  // label) after the batches before it.
   bool next(Batch& out);
   int64_t batches_per_epoch() const;
   int64_t size() const;  // examples in the dataset (all shards)

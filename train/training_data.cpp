@@ -1,4 +1,5 @@
-// CIFAR-10 for a run: both splits, the subsets --train-subset and --test-subset ask for, loaders.
+// CIFAR-10 for a run: both splits, the subsets --train-subset and --test-subset ask for, loaders
+// that make the batches on the run's device in its input memory format.
 #include "train/training_data.h"
 
 #include <chrono>
@@ -23,12 +24,16 @@ TrainingData make_training_data(const TrainerConfig& c, const Environment& env, 
   train.seed = c.seed;
   train.num_shards = env.world;
   train.shard = env.rank;
+  train.device = env.device;  // the images uploaded once, each batch made there
+  train.memory_format = input_format(c);
   d.train = std::make_unique<data::DataLoader>(d.train_set, train);
   data::DataLoader::Options test;
   test.batch_size = 500;
   test.shuffle = false;
   test.num_shards = env.world;
   test.shard = env.rank;
+  test.device = env.device;
+  test.memory_format = input_format(c);
   d.test = std::make_unique<data::DataLoader>(std::move(test_set), test);
   return d;
 }

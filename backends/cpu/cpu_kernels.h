@@ -75,6 +75,8 @@ class CpuKernels final : public Kernels {
   // layer_norm.cpp
   void layer_norm_forward_impl(const LayerNormArgs& args) override;
   void layer_norm_backward_impl(const LayerNormArgs& args) override;
+  // augment.cpp
+  void augment_images_impl(const AugmentArgs& args) override;
 };
 
 }  // namespace demi::backend::cpu

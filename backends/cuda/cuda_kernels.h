@@ -96,6 +96,8 @@ class CudaKernels final : public Kernels {
   // layer_norm.cu
   void layer_norm_forward_impl(const LayerNormArgs& args) override;
   void layer_norm_backward_impl(const LayerNormArgs& args) override;
+  // augment.cu
+  void augment_images_impl(const AugmentArgs& args) override;
 
  public:
   // memory.cu: a device buffer of at least `bytes` for a library call's scratch (cuBLASLt, cuDNN),

@@ -62,6 +62,7 @@ class NullKernels final : public Kernels {
   void attention_backward_impl(const AttentionArgs&, const AttnGeom&) override { ++calls; }
   void layer_norm_forward_impl(const LayerNormArgs&) override { ++calls; }
   void layer_norm_backward_impl(const LayerNormArgs&) override { ++calls; }
+  void augment_images_impl(const AugmentArgs&) override { ++calls; }
 };
 
 // Host memory the refs point at (the checks read shapes and dtypes, never the values).
@@ -182,6 +183,15 @@ std::vector<BadCase> bad_cases() {
          a.out = ref_at(3, {2, 4, 6});
          a.logsumexp = ref_at(4, {2, 4});
          k.attention_forward(a);
+       }},
+      {"augment_images plan width",
+       [](Kernels& k) {
+         AugmentArgs a;
+         a.images = ref({4, 3, 8, 8}, DType::U8);
+         a.lut = ref_at(1, {3, 256});
+         a.plan = ref_at(2, {2, 5}, DType::I64);
+         a.output = ref_at(3, {2, 3, 8, 8});
+         k.augment_images(a);
        }},
   };
 }

@@ -313,6 +313,25 @@ TEST(DataLoader, HalfOutputsAreTheRoundedFloatOnes) {
   EXPECT_EQ(a.images.to(DType::F16).to_vector<float>(), c.images.to_vector<float>());
 }
 
+TEST(DataLoader, ChannelsLastBatchesHoldTheContiguousValues) {
+  DataLoader::Options o;
+  o.batch_size = 16;
+  o.augment = true;
+  o.augmentation.cutout = 8;
+  o.dtype = DType::BF16;
+  DataLoader nchw(indexed(16), o);
+  o.memory_format = MemoryFormat::ChannelsLast;
+  DataLoader nhwc(indexed(16), o);
+  Batch a, b;
+  nchw.start_epoch(2), nhwc.start_epoch(2);
+  ASSERT_TRUE(nchw.next(a) && nhwc.next(b));
+  EXPECT_TRUE(b.images.is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(b.images.is_contiguous());
+  EXPECT_EQ(b.images.shape(), a.images.shape());
+  EXPECT_EQ(b.images.to_vector<float>(), a.images.to_vector<float>());  // read in shape order
+  EXPECT_EQ(b.labels.to_vector<int64_t>(), a.labels.to_vector<int64_t>());
+}
+
 TEST(DataLoader, BackgroundThreadKeepsOrder) {
   const Dataset d = indexed(100);
   DataLoader::Options o;
@@ -358,20 +377,46 @@ TEST(DataLoader, WorkerErrorsSurfaceInNextAfterTheGoodBatches) {
   d.classes = std::vector<std::string>(500, "x");
   d.classes.resize(400);  // labels 400..499 are out of range; 300 is the first in unshuffled order
   d.labels.data<int64_t>()[300] = 1000;
-  DataLoader::Options o;
-  o.batch_size = 100;
-  o.shuffle = false;
-  DataLoader loader(d, o);
-  loader.start_epoch(0);
-  Batch b;
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(loader.next(b)) << "batch " << i;
-  try {
-    loader.next(b);
-    ADD_FAILURE() << "expected the worker's error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("example 300 has label 1000"));
+  for (int workers : {1, 0}) {
+    DataLoader::Options o;
+    o.batch_size = 100;
+    o.shuffle = false;
+    o.num_workers = workers;
+    DataLoader loader(d, o);
+    loader.start_epoch(0);
+    Batch b;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(loader.next(b)) << "batch " << i << ", num_workers " << workers;
+    try {
+      loader.next(b);
+      ADD_FAILURE() << "expected the error, num_workers " << workers;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("example 300 has label 1000"));
+    }
+    EXPECT_FALSE(loader.next(b));
   }
-  EXPECT_FALSE(loader.next(b));
+}
+
+// num_workers 0 plans the epoch at start_epoch and renders slices of it (the path every device
+// other than the CPU takes): the same batches as the worker's, shards and the short batch included.
+TEST(DataLoader, WithoutAWorkerTheBatchesAreTheWorkersOnes) {
+  const Dataset d = indexed(103);
+  for (int shards : {1, 3}) {
+    DataLoader::Options o;
+    o.batch_size = 20;
+    o.augment = true;
+    o.augmentation.cutout = 6;
+    o.num_shards = shards;
+    o.shard = shards - 1;
+    DataLoader threaded(d, o);
+    o.num_workers = 0;
+    DataLoader inline_loader(d, o);
+    for (int64_t epoch : {0, 3}) {
+      const Epoch a = run_epoch(threaded, epoch), b = run_epoch(inline_loader, epoch);
+      EXPECT_EQ(a.labels.size(), 6u);
+      EXPECT_EQ(a.labels, b.labels) << "epoch " << epoch << ", " << shards << " shards";
+      EXPECT_EQ(a.images, b.images) << "epoch " << epoch << ", " << shards << " shards";
+    }
+  }
 }
 
 TEST(DataLoader, StopsCleanlyMidEpoch) {
@@ -399,6 +444,12 @@ TEST(DataLoader, MisuseIsAnError) {
   o.batch_size = 8;
   o.dtype = DType::I64;
   EXPECT_THROW(DataLoader(indexed(10), o), Error);
+  o.dtype = DType::F32;
+  o.memory_format = MemoryFormat::Preserve;
+  EXPECT_THAT(test::error_of([&] { DataLoader(indexed(10), o); }), HasSubstr("memory_format"));
+  o.memory_format = MemoryFormat::Contiguous;
+  o.num_workers = 4;
+  EXPECT_THAT(test::error_of([&] { DataLoader(indexed(10), o); }), HasSubstr("num_workers must be 0"));
   Dataset wrong = indexed(10);
   wrong.images = zeros({10, 3, 28, 28}, DType::U8);
   try {
