@@ -16,6 +16,11 @@ namespace {
 
 constexpr int64_t kBlock = 4096;  // elements per partial result along a contiguous reduced run
 constexpr int64_t kInner = 256;   // output columns one task accumulates when reducing a middle dim
+// Fewer (outer, column chunk) tasks than this, over at least two blocks of kRowBlock rows, are cut
+// into row blocks as well (a bias gradient: 256 columns of 32768 rows, one task otherwise). Both
+// thresholds depend on the shape alone, so that the result does not depend on the thread count.
+constexpr int64_t kFewTasks = 8;
+constexpr int64_t kRowBlock = 1024;
 
 // Sum (and mean) add; max and min keep the larger / smaller value and, like PyTorch, propagate NaN.
 template <ReduceKind K>
@@ -33,7 +38,11 @@ struct Combine {
 
 template <typename T>
 double load(T v) {
-  return static_cast<double>(static_cast<acc_t<T>>(v));
+  if constexpr (std::is_same_v<T, Eigen::bfloat16>) {  // its top 16 bits: a shift GCC vectorises
+    return static_cast<double>(Eigen::numext::bit_cast<float>(uint32_t{Eigen::numext::bit_cast<uint16_t>(v)} << 16));
+  } else {
+    return static_cast<double>(static_cast<acc_t<T>>(v));
+  }
 }
 
 // n <= kBlock contiguous values, over 8 independent lanes (vectorisable, and 8x shorter chains).
@@ -85,20 +94,34 @@ void reduce_middle(const T* x, int64_t O, int64_t R, int64_t I, double* out) {
     return;
   }
   // Reducing a non-innermost dim: each task owns up to kInner adjacent outputs and walks R
-  // contiguous rows of them, so reads stay sequential and the adds vectorise across columns.
-  const int64_t chunks = (I + kInner - 1) / kInner;
-  parallel_for(O * chunks, R * kInner, [&](int64_t b, int64_t e) {
+  // contiguous rows of them (or a block of them), so reads stay sequential and the adds vectorise
+  // across columns; row blocks' partials are combined in block order.
+  const int64_t chunks = (I + kInner - 1) / kInner, tasks = O * chunks;
+  const int64_t row_blocks = tasks < kFewTasks && R >= 2 * kRowBlock ? (R + kRowBlock - 1) / kRowBlock : 1;
+  std::vector<double> partial(row_blocks > 1 ? static_cast<size_t>(tasks * row_blocks * kInner) : 0);
+  parallel_for(tasks * row_blocks, R / row_blocks * kInner, [&](int64_t b, int64_t e) {
     double acc[kInner];
     for (int64_t t = b; t < e; ++t) {
-      const int64_t o = t / chunks, i0 = (t % chunks) * kInner, len = std::min(kInner, I - i0);
+      const int64_t task = t / row_blocks, block = t % row_blocks;
+      const int64_t o = task / chunks, i0 = (task % chunks) * kInner, len = std::min(kInner, I - i0);
+      const int64_t r0 = row_blocks > 1 ? block * kRowBlock : 0, r1 = row_blocks > 1 ? std::min(R, r0 + kRowBlock) : R;
       std::fill(acc, acc + len, Op::init());
-      for (int64_t r = 0; r < R; ++r) {
+      for (int64_t r = r0; r < r1; ++r) {
         const T* row = x + (o * R + r) * I + i0;
         for (int64_t i = 0; i < len; ++i) acc[i] = Op::apply(acc[i], load(row[i]));
       }
-      std::copy(acc, acc + len, out + o * I + i0);
+      std::copy(acc, acc + len, row_blocks > 1 ? partial.data() + t * kInner : out + o * I + i0);
     }
   });
+  if (row_blocks == 1) return;
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t o = task / chunks, i0 = (task % chunks) * kInner, len = std::min(kInner, I - i0);
+    for (int64_t i = 0; i < len; ++i) {
+      double acc = Op::init();
+      for (int64_t block = 0; block < row_blocks; ++block) acc = Op::apply(acc, partial[(task * row_blocks + block) * kInner + i]);
+      out[o * I + i0 + i] = acc;
+    }
+  }
 }
 
 // Any pattern of kept and reduced dims (e.g. [A, B, C, D] -> [1, B, 1, D]): one output at a time,

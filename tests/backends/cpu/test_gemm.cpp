@@ -110,7 +110,8 @@ const Case kCases[] = {
 // a transposed A packed in blocks with tails, k past 2048 taken in blocks of 1024 (the last one
 // partial), an odd k's last pair, and tall products split by blocks of 256 rows (from 4 blocks a
 // thread), the last one partial; A^T B with B the narrower formed as (B^T A)^T, alone and batched
-// (per-product threads) with bias, alpha and beta. Skipped elsewhere (Eigen), which keeps them off
+// (per-product threads) with bias, alpha and beta; A^T B over a k of 2048 or more in blocks of 512
+// (the last one partial, an odd k's last pair), grouped into 8 partial sums, alone and batched. Skipped elsewhere (Eigen), which keeps them off
 // the emulated AVX2 CPU.
 const Case kTileCases[] = {
     {"alpha_beta_bias", 40, 48, 50, 1, true, false, false, false, true, 0.5, 0.75, false},
@@ -123,6 +124,8 @@ const Case kTileCases[] = {
     {"tall_row_blocks_trans_a", 3100, 33, 70, 1, true, false, false, false, false, 1.0, 0.0, false},
     {"trans_a_narrow_b", 90, 17, 2049, 1, true, false, false, false, true, 1.0, 0.0, false},
     {"trans_a_narrow_b_batch", 70, 33, 300, 3, true, false, false, true, true, 0.5, 0.5, false},
+    {"k_blocks_groups", 70, 90, 9000, 1, true, false, false, false, true, 0.5, 0.5, false},
+    {"k_blocks_batch", 24, 40, 2600, 3, true, false, false, false, true, 1.0, 0.0, false},
 };
 
 using demi_test::Level;

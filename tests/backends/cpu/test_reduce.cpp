@@ -70,6 +70,7 @@ const ReduceCase kCases[] = {
     {"long rows", {3, 20000}, {3, 1}},
     {"full, long (partials across threads)", {50000}, {1}},
     {"middle dim, several column chunks", {2, 50, 600}, {2, 1, 600}},
+    {"first dim, long: row blocks (a bias gradient)", {4500, 300}, {1, 300}},
     {"kept dim empty", {0, 3}, {0, 1}},
 };
 
@@ -118,7 +119,8 @@ TEST(CpuReduce, MillionFp32SumStaysAccurate) {
 TEST(CpuReduce, SameBitsOnOneOrTwoThreads) {
   const int threads = demi::backend::cpu_threads();
   std::mt19937 rng(12);
-  const ReduceCase cases[] = {{"full", {60000}, {1}}, {"rows", {2, 30000}, {2, 1}}, {"middle", {300, 200}, {1, 200}}};
+  const ReduceCase cases[] = {{"full", {60000}, {1}}, {"rows", {2, 30000}, {2, 1}}, {"middle", {300, 200}, {1, 200}},
+                               {"middle, row blocks", {5000, 40}, {1, 40}}};
   for (const ReduceCase& c : cases) {
     SCOPED_TRACE(c.name);
     HostTensor x(c.x, DType::F64), y1(c.y, DType::F64), y2(c.y, DType::F64);
