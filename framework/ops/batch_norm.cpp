@@ -64,7 +64,7 @@ struct BatchNormOp {
     ctx.save(save_mean);
     ctx.save(save_invstd);
     ctx.save(activation_coef);
-    ctx.set_attrs(options);
+    ctx.set_attrs(std::make_pair(options, nhwc));
     return y;
   }
 
@@ -74,9 +74,9 @@ struct BatchNormOp {
     const Tensor& mean = ctx.saved(2);
     const Tensor& invstd = ctx.saved(3);
     TensorList grads(5);
-    if (ctx.attrs<BatchNormOptions>().training) {
+    const auto& [options, nhwc] = ctx.attrs<std::pair<BatchNormOptions, bool>>();
+    if (options.training) {
       // x is in the kernels' format, and so is grad_y (the output's, which is x's).
-      const bool nhwc = x.suggest_memory_format() == MemoryFormat::ChannelsLast;
       backend::BatchNormArgs args;
       args.channels_last = nhwc;
       if constexpr (kAct != backend::BatchNormActivation::None) {

@@ -43,7 +43,7 @@ struct Conv2d {
     const Conv2dOutputShape out = conv2d_output_shape(x.size(2), x.size(3), weight.size(2), weight.size(3), attrs.stride,
                                                       attrs.stride, attrs.padding, attrs.padding);
     Tensor y = empty({x.size(0), weight.size(0), out.h, out.w}, x.dtype(), x.device(),
-                     attrs.nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
+                     kernel_format(attrs.nhwc));
     backend::Conv2dArgs a = args(attrs);
     a.input = kernel_ref(x, attrs.nhwc);
     a.weight = kernel_ref(weight, attrs.nhwc);
@@ -56,7 +56,7 @@ struct Conv2d {
 
   static TensorList backward(OpContext& ctx, const Tensor& grad_y) {
     const auto& [attrs, shapes] = ctx.attrs<std::pair<Conv2dAttrs, std::pair<Shape, Shape>>>();
-    const MemoryFormat format = attrs.nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+    const MemoryFormat format = kernel_format(attrs.nhwc);
     // grad_y comes in the output's format (the engine's rule), which is the kernels' format.
     TensorList grads(3);
     if (ctx.needs_grad(0)) {

@@ -146,7 +146,7 @@ bool runs_channels_last(const Tensor& x, const Tensor& other) {
 
 Tensor in_kernel_format(const Tensor& t, bool nhwc) {
   if (!t.defined()) return t;
-  return t.contiguous(nhwc && t.dim() == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
+  return t.contiguous(kernel_format(nhwc && t.dim() == 4));
 }
 
 backend::TensorRef kernel_ref(const Tensor& t, bool nhwc) {

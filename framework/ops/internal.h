@@ -56,6 +56,8 @@ ElementwiseOperand elementwise_operand(const Tensor& t, const Shape& shape, Memo
 // channels_last and x's backend has the kernels (KernelFamily::ChannelsLast); elsewhere they
 // read contiguous copies, so a channels_last input costs one conversion at the op's edge.
 bool runs_channels_last(const Tensor& x, const Tensor& other = Tensor());
+// The format an op's kernels read and write: ChannelsLast when they run NHWC.
+inline MemoryFormat kernel_format(bool nhwc) { return nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous; }
 // t stored as the kernel reads it: channels_last when `nhwc`, else contiguous. A conversion here
 // is not recorded: the op's backward returns gradients in its kernels' format and the engine
 // converts each to its input's.

@@ -22,7 +22,7 @@ struct PoolGeometry {
                kernel_h, "x", kernel_w, " is larger than the padded input of shape ", x.shape());
     return g;
   }
-  MemoryFormat format() const { return nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous; }
+  MemoryFormat format() const { return kernel_format(nhwc); }
   Shape output_shape(const Shape& in) const {
     return {in[0], in[1], (in[2] + 2 * pad - kernel_h) / stride_h + 1, (in[3] + 2 * pad - kernel_w) / stride_w + 1};
   }
