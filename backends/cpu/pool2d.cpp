@@ -16,30 +16,78 @@
 namespace demi::backend::cpu {
 namespace {
 
-enum Slot { kSlotPlane = 0 };
+enum Slot { kSlotPlane = 0, kSlotWidened = 1, kSlotRowBest = 2, kSlotRowArg = 3 };
 
-// Max over each window; NaN wins, as in PyTorch, so a NaN input is not silently dropped.
-template <typename T, typename I>
-void max_forward(const T* x, T* y, I* idx, const PoolGeom& g) {
-  using Acc = acc_t<T>;
-  for (int64_t oy = 0; oy < g.oh; ++oy) {
-    for (int64_t ox = 0; ox < g.ow; ++ox) {
-      const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-      Acc best = -std::numeric_limits<Acc>::infinity();
-      int64_t arg = -1;
-      bool nan = false;
-      for (int64_t ky = std::max<int64_t>(0, -y0); ky < std::min(g.kh, g.h - y0) && !nan; ++ky) {
-        for (int64_t kx = std::max<int64_t>(0, -x0); kx < std::min(g.kw, g.w - x0) && !nan; ++kx) {
-          const Acc v = static_cast<Acc>(x[(y0 + ky) * g.w + x0 + kx]);
-          if (arg < 0 || v > best || std::isnan(v)) {
-            best = v;
-            arg = ky * g.kw + kx;
-            nan = std::isnan(v);
-          }
-        }
+// Max over one window clipped at the plane's border; NaN wins, as in PyTorch, so a NaN input is
+// not silently dropped.
+template <typename Acc>
+void max_window(const Acc* x, const PoolGeom& g, int64_t y0, int64_t x0, Acc& best, int64_t& arg) {
+  best = -std::numeric_limits<Acc>::infinity();
+  arg = -1;
+  bool nan = false;
+  for (int64_t ky = std::max<int64_t>(0, -y0); ky < std::min(g.kh, g.h - y0) && !nan; ++ky) {
+    for (int64_t kx = std::max<int64_t>(0, -x0); kx < std::min(g.kw, g.w - x0) && !nan; ++kx) {
+      const Acc v = x[(y0 + ky) * g.w + x0 + kx];
+      if (arg < 0 || v > best || std::isnan(v)) {
+        best = v;
+        arg = ky * g.kw + kx;
+        nan = std::isnan(v);
       }
-      y[oy * g.ow + ox] = static_cast<T>(best);
-      idx[oy * g.ow + ox] = static_cast<I>(arg);
+    }
+  }
+}
+
+// A half plane is widened once (a value sits in up to 4 windows of a 3x3 stride-2 pool). The
+// windows wholly inside the plane take the row's taps one at a time across the row, selects the
+// compiler vectorises: the same choice as max_window (the first maximum, or the first NaN), where
+// a branch per value mispredicted half the time on real data (CCT's 3x3 stride-2 pool of
+// [128, 256, 32, 32] bf16: 140 ms a step on AMX).
+template <typename T, typename I>
+void max_forward(const T* x_in, T* y, I* idx, const PoolGeom& g) {
+  using Acc = acc_t<T>;
+  const Acc* x = nullptr;
+  if constexpr (std::is_same_v<T, Acc>) {
+    x = x_in;
+  } else {
+    Acc* widened = thread_scratch<Acc>(kSlotWidened, g.h * g.w);
+    convert_n(x_in, widened, g.h * g.w);
+    x = widened;
+  }
+  Acc* best = thread_scratch<Acc>(kSlotRowBest, g.ow);
+  int32_t* arg = thread_scratch<int32_t>(kSlotRowArg, g.ow);
+  // Outputs [lo, hi) of a row whose window rows are inside have their columns inside too.
+  const int64_t lo = std::min(g.ow, (g.pw + g.sw - 1) / g.sw);
+  const int64_t hi = std::max(lo, std::min(g.ow, g.w - g.kw + g.pw >= 0 ? (g.w - g.kw + g.pw) / g.sw + 1 : 0));
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    const int64_t y0 = oy * g.sh - g.ph;
+    const bool rows_inside = y0 >= 0 && y0 + g.kh <= g.h;
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      if (rows_inside && ox >= lo && ox < hi) continue;
+      Acc v;
+      int64_t a;
+      max_window(x, g, y0, ox * g.sw - g.pw, v, a);
+      y[oy * g.ow + ox] = static_cast<T>(v);
+      idx[oy * g.ow + ox] = static_cast<I>(a);
+    }
+    if (!rows_inside || lo >= hi) continue;
+    for (int64_t k = 0; k < g.kh * g.kw; ++k) {
+      const Acc* src = x + (y0 + k / g.kw) * g.w + k % g.kw - g.pw;
+      const int64_t sw = g.sw;
+      const int32_t tap = static_cast<int32_t>(k);
+      if (k == 0) {
+        for (int64_t ox = lo; ox < hi; ++ox) best[ox] = src[ox * sw], arg[ox] = 0;
+        continue;
+      }
+      for (int64_t ox = lo; ox < hi; ++ox) {
+        const Acc v = src[ox * sw], b = best[ox];
+        const bool take = (v > b) | ((v != v) & (b == b));
+        best[ox] = take ? v : b;
+        arg[ox] = take ? tap : arg[ox];
+      }
+    }
+    for (int64_t ox = lo; ox < hi; ++ox) {
+      y[oy * g.ow + ox] = static_cast<T>(best[ox]);
+      idx[oy * g.ow + ox] = static_cast<I>(arg[ox]);
     }
   }
 }

@@ -137,6 +137,39 @@ TEST(Pool2d, MaxPropagatesNanAndSkipsPadding) {
   EXPECT_EQ(idx.get(0), 5.0);  // window of output (0, 0) starts at (-1, -1): (0, 1) is offset 1 * 3 + 2
 }
 
+TEST(Pool2d, WholeWindowsPickFirstMaximumOrFirstNan) {
+  // 3x3 windows wholly inside the plane (stride 3, no padding) take the path without clipping:
+  // ties keep the first, a NaN wins and the first NaN's offset is recorded, all -inf keeps offset 0.
+  constexpr int kCases = 5;
+  const double windows[kCases][9] = {{1, 4, 2, 4, 0, 4, -1, 3, 4},
+                                     {NAN, 9, 1, 2, 3, 4, 5, 6, 7},
+                                     {1, 2, 3, 4, NAN, 9, NAN, 2, 1},
+                                     {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                                      -INFINITY, -INFINITY},
+                                     {-3, -2, -1, -2, -3, -1, -5, -1, -0.5}};
+  const double want_y[kCases] = {4, NAN, NAN, -INFINITY, -0.5};
+  const double want_idx[kCases] = {1, 0, 4, 0, 8};
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    HostTensor x(dtype, {1, 1, 3, 3 * kCases}), y(dtype, {1, 1, 1, kCases}), idx(DType::U8, {1, 1, 1, kCases});
+    for (int o = 0; o < kCases; ++o) {
+      for (int k = 0; k < 9; ++k) x.set((k / 3) * 3 * kCases + 3 * o + k % 3, windows[o][k]);
+    }
+    Pool2dArgs args;
+    args.kernel_h = args.kernel_w = 3, args.stride_h = args.stride_w = 3;
+    args.input = x.ref(), args.output = y.ref(), args.indices = idx.ref();
+    kernels_for(Device::cpu()).pool2d_forward(args);
+    for (int o = 0; o < kCases; ++o) {
+      if (std::isnan(want_y[o])) {
+        EXPECT_TRUE(std::isnan(y.get(o))) << o;
+      } else {
+        EXPECT_EQ(y.get(o), want_y[o]) << o;
+      }
+      EXPECT_EQ(idx.get(o), want_idx[o]) << o;
+    }
+  }
+}
+
 TEST(Pool2d, TwoByTwoPicksFirstMaximumOrFirstNan) {
   // The 2x2 stride-2 fast path (on the values' bits): per window (in row-major window order) ties
   // keep the first, -0 ties +0, a NaN of either sign wins and the first NaN's offset is recorded,
