@@ -43,9 +43,10 @@ struct DataLoader::State {
   bool done = true;   // the worker has produced its last batch (or failed)
   bool stop = false;  // asks the worker to quit
 
-  // Without a worker (off the CPU, or num_workers 0) start_epoch draws the whole epoch's plan and labels and uploads
-  // them once, so that making a batch copies nothing from the host (a copy would wait for the
-  // device to finish the previous step). Batch b's rows are [batch_rows[b], batch_rows[b + 1]).
+  // Without a worker (off the CPU, or num_workers 0) start_epoch draws the whole epoch's plan and
+  // labels and uploads them once, so that making a batch copies nothing from the host (a copy would
+  // wait for the device to finish the previous step). Batch b's rows are [batch_rows[b],
+  // batch_rows[b + 1]).
   Tensor epoch_plan, epoch_labels;  // I64 [rows, 6] and [rows], on the device
   std::vector<int64_t> batch_rows;
   int64_t next_batch = 0;  // the batch next() makes next
