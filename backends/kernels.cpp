@@ -117,6 +117,14 @@ void Kernels::random(const RandomArgs& args) {
   check_random(args);
   random_impl(args);
 }
+void Kernels::capture_begin() {
+  DEMI_THROW("graph capture: ", device(), " has no graphs (CUDA graphs need a CUDA device); run the step eagerly "
+             "there, or turn the capture off (TrainStep::Options::cuda_graph, --cuda-graph)");
+}
+std::unique_ptr<Kernels::Graph> Kernels::capture_end() {
+  DEMI_THROW("graph capture: capture_end on ", device(), ", which has no graphs");
+}
+void Kernels::replay(Graph&) { DEMI_THROW("graph replay: ", device(), " has no graphs"); }
 void Kernels::sgd_step(const SgdArgs& args) {
   check_sgd_step(args);
   sgd_step_impl(args);

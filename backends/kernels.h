@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -189,8 +190,10 @@ struct WriteRounding {
 // found_inf (optional, one-element F32 on the device): when nonzero the kernel changes nothing, so
 // that a GradScaler's skip is decided on the device, without the host reading the flag (as
 // PyTorch's fused optimizers take found_inf).
+// lr_tensor (optional, one-element F64 on the device) is read in place of `lr`: a captured CUDA
+// graph then steps with whatever rate was written there before each replay (PyTorch's capturable).
 struct SgdArgs {
-  TensorRef param, grad, momentum_buffer, master, found_inf;
+  TensorRef param, grad, momentum_buffer, master, found_inf, lr_tensor;
   double lr = 0.0, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
   bool first_step = true;  // the momentum buffer is initialised from g rather than updated
@@ -204,9 +207,10 @@ struct SgdArgs {
 // (fp32) and found_inf work as in SgdArgs. The step count is `step`, or, when step_count (a
 // one-element I64 on the device: the steps taken before this one) is given, read from the device:
 // the kernel adds 1 to it unless found_inf is set and uses the new count, so that a skipped step
-// is not counted, as in PyTorch, with no host read.
+// is not counted, as in PyTorch, with no host read. lr_tensor works as in SgdArgs (it needs
+// step_count: both come from the device then).
 struct AdamWArgs {
-  TensorRef param, grad, exp_avg, exp_avg_sq, master, found_inf, step_count;
+  TensorRef param, grad, exp_avg, exp_avg_sq, master, found_inf, step_count, lr_tensor;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
   int64_t step = 1;
   WriteRounding rounding;  // how the result is written into a half param
@@ -360,6 +364,21 @@ class Kernels {
   virtual void copy_to_host(const void* src, void* host_dst, size_t bytes) = 0;
   virtual void copy(const void* src, void* dst, size_t bytes) = 0;  // both on this device
   virtual void synchronize() = 0;
+
+  // Graphs (CUDA graphs): between capture_begin and capture_end the calling thread's kernels on
+  // this device are recorded instead of run; replay runs the recording with one launch, on the
+  // same memory. While capturing, what a recording cannot hold (a copy to or from the host, a
+  // synchronisation, freeing device memory) throws an error that says so. Devices without graphs
+  // (the CPU) throw from capture_begin. framework/cuda/graph.h is the user's face of this.
+  class Graph {
+   public:
+    virtual ~Graph() = default;
+  };
+  virtual void capture_begin();
+  virtual std::unique_ptr<Graph> capture_end();
+  virtual void abort_capture() {}  // ends a capture that failed midway, discarding it (none: nothing)
+  virtual void replay(Graph& graph);
+  virtual bool capturing() const { return false; }
 
   // The kernels. Each entry point checks its arguments (backends/kernel_checks.h: the same checks
   // and messages for every device) and then calls the device's *_impl, so no backend can skip or

@@ -15,6 +15,12 @@ inline void check_found_inf(const char* op, const TensorRef& found_inf) {
              ": found_inf must be a one-element float32 tensor, got ", found_inf.dtype, " ", found_inf.shape);
 }
 
+// An optimizer's optional lr_tensor: a one-element float64 tensor (Optimizer::set_capturable's).
+inline void check_lr_tensor(const char* op, const TensorRef& lr_tensor) {
+  DEMI_CHECK(!lr_tensor.defined() || (lr_tensor.dtype == DType::F64 && lr_tensor.numel() == 1), op,
+             ": lr_tensor must be a one-element float64 tensor, got ", lr_tensor.dtype, " ", lr_tensor.shape);
+}
+
 // The dtype of an optimizer's state (momentum buffer, moments) for a param dtype.
 inline DType optimizer_state_dtype(DType param) { return param == DType::F64 ? DType::F64 : DType::F32; }
 
@@ -45,6 +51,7 @@ inline void check_sgd_step(const SgdArgs& args) {
                args.master.shape, " ", args.master.dtype, " must be float32 shaped like param ", param.shape);
   }
   check_found_inf(op, args.found_inf);
+  check_lr_tensor(op, args.lr_tensor);
 }
 
 inline void check_adamw_step(const AdamWArgs& args) {
@@ -67,6 +74,9 @@ inline void check_adamw_step(const AdamWArgs& args) {
   check_found_inf(op, args.found_inf);
   DEMI_CHECK(!args.step_count.defined() || (args.step_count.dtype == DType::I64 && args.step_count.numel() == 1), op,
              ": step_count must be a one-element int64 tensor, got ", args.step_count.dtype, " ", args.step_count.shape);
+  check_lr_tensor(op, args.lr_tensor);
+  DEMI_CHECK(!args.lr_tensor.defined() || args.step_count.defined(), op,
+             ": lr_tensor needs step_count (the bias corrections are then derived on the device)");
 }
 
 // --- amp -----------------------------------------------------------------------------------------

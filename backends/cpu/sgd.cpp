@@ -41,6 +41,13 @@ void sgd_typed(const SgdArgs& args) {
 void CpuKernels::sgd_step_impl(const SgdArgs& args) {
   constexpr const char* op = "sgd_step";
   if (found_inf_set(args.found_inf)) return;  // a skipped step changes nothing
+  if (args.lr_tensor.defined()) {  // host memory here: read it and take the plain path
+    SgdArgs with_lr = args;
+    with_lr.lr = *args.lr_tensor.as<const double>();
+    with_lr.lr_tensor = TensorRef();
+    sgd_step_impl(with_lr);
+    return;
+  }
   const TensorRef& param = args.param;
   const TensorRef& grad = args.grad;
   const bool has_master = args.master.defined();

@@ -35,15 +35,11 @@ void* CudaKernels::attention_scratch(size_t bytes) {
   AttentionScratch& s = *attention_scratch_;
   if (bytes <= s.bytes) return s.ptr;
   const DeviceGuard guard(index_);
-  if (s.ptr) {
-    DEMI_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a queued kernel may still read it
-    DEMI_CUDA_CHECK(cudaFree(s.ptr));
-    s.ptr = nullptr;
-    s.bytes = 0;
-  }
-  const size_t grown = bytes > s.bytes + s.bytes / 2 ? bytes : s.bytes + s.bytes / 2;
-  s.ptr = raw_allocate(grown);
-  s.bytes = grown;
+  release_buffer(s.ptr);
+  s.ptr = nullptr;
+  s.bytes = 0;
+  s.ptr = raw_allocate(bytes);
+  s.bytes = bytes;
   return s.ptr;
 }
 

@@ -46,3 +46,19 @@
                                   " failed with ", cudaGetErrorName(demi_status_), ": ",         \
                                   cudaGetErrorString(demi_status_));                             \
   } while (0)
+
+// Throws, naming `what`, when `stream` is being captured into a CUDA graph: `what` waits for the
+// device or touches host memory, which a recording cannot hold (a replay would skip the wait or
+// read a host buffer long gone). Checked before the call rather than after its failure, because a
+// failing call also ends the capture with an error that does not say which operation it was.
+inline void refuse_if_capturing(cudaStream_t stream, const char* what) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (status != cudaStreamCaptureStatusNone)
+    DEMI_THROW(what, " cannot run while a CUDA graph is being captured (it waits for the device or reads host "
+               "memory, which a replay would not repeat); make such tensors and checks before the capture, "
+               "or run this step eagerly");
+}

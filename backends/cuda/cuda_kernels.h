@@ -39,6 +39,14 @@ class CudaKernels final : public Kernels {
   void copy(const void* src, void* dst, size_t bytes) override;
   void synchronize() override;
 
+  // graph.cu: CUDA graphs of this device's stream (Kernels::capture_begin). A capture records in
+  // thread-local mode, so other threads may keep launching on other streams; checks deferred by
+  // captured calls get slots of the graph's own (CaptureChecks), read after each replay.
+  void capture_begin() override;
+  std::unique_ptr<Graph> capture_end() override;
+  void abort_capture() override;
+  void replay(Graph& graph) override;
+  bool capturing() const override { return capture_ != nullptr; }
 
  private:
   // The kernels (backends/kernels.h checks their arguments before calling these).
@@ -137,6 +145,16 @@ class CudaKernels final : public Kernels {
   static constexpr size_t kDeferredChecks = 256;
   unsigned long long* defer_check(DeferredError raise);
   void check_deferred();  // after the stream has been waited for
+  // The deferred checks of a captured graph: their slots and `raise`s, read at the first
+  // synchronisation after a replay.
+  struct CaptureChecks {
+    unsigned long long* slots = nullptr;  // 2 * kDeferredChecks words, all ones when clear
+    std::vector<DeferredError> raise;
+    ~CaptureChecks();
+  };
+  // A buffer that may have been recorded into a graph (workspace(), attention_scratch()) is not
+  // freed once graphs exist: it is kept until the device's kernels are released.
+  void release_buffer(void* ptr);
 #if DEMI_HAVE_CUDNN
   // Created on first use (device.cu): cudnnCreate loads cuDNN's sub-libraries, which costs
   // hundreds of milliseconds that a run without convolutions should not pay.
@@ -161,6 +179,10 @@ class CudaKernels final : public Kernels {
   unsigned long long* report_ = nullptr;
   unsigned long long* deferred_slots_ = nullptr;  // 2 * kDeferredChecks words, all ones when free
   std::vector<DeferredError> deferred_;           // the pending checks, by slot
+  std::shared_ptr<CaptureChecks> capture_;        // while capturing: the new graph's checks
+  std::vector<std::shared_ptr<CaptureChecks>> replayed_;  // replayed since the last read
+  int graphs_made_ = 0;                           // captures ended so far
+  std::vector<void*> kept_buffers_;               // release_buffer's, freed by release()
   void* workspace_ = nullptr;  // see workspace()
   size_t workspace_bytes_ = 0;
   struct PlansDeleter {  // each operator() is defined beside its type

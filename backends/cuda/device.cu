@@ -118,6 +118,8 @@ void CudaKernels::release() noexcept {
   conv_plans_.reset();
   if (workspace_) (void)cudaFree(workspace_);
   workspace_ = nullptr;
+  for (void* ptr : kept_buffers_) (void)cudaFree(ptr);
+  kept_buffers_.clear();
   workspace_bytes_ = 0;
 #if DEMI_HAVE_CUDNN
   if (cudnn_) (void)cudnnDestroy(cudnn_);

@@ -82,6 +82,7 @@ struct SgdScalars {
   bool use_momentum, nesterov, first_step;
   WriteRounding rounding;
   const float* found_inf = nullptr;  // nonzero: skip the step (null: never)
+  const double* lr_tensor = nullptr;  // the rate on the device, read in place of lr (null: lr)
 };
 
 __device__ inline bool skip_step(const float* found_inf) { return found_inf != nullptr && *found_inf != 0.0f; }
@@ -120,6 +121,7 @@ template <typename T, typename G, typename C>
 __global__ void sgd_kernel(SgdScalars<C> s, T* param, const G* grad, C* buf, float* master, int64_t n,
                            int64_t packs) {
   if (skip_step(s.found_inf)) return;
+  if (s.lr_tensor != nullptr) s.lr = static_cast<C>(*s.lr_tensor);
   for (int64_t k = thread_index(); k < packs; k += grid_width())
     sgd_elements<kPack>(s, param, grad, buf, master, k * kPack);
   for (int64_t i = packs * kPack + thread_index(); i < n; i += grid_width())
@@ -136,7 +138,9 @@ struct AdamWScalars {
   // The step count on the device (advance_step_kernel has counted this step), from which each
   // thread derives step_size and inv_sqrt_bias2 in double as the host does; null: they are given.
   const int64_t* step_count = nullptr;
-  double lr = 0.0, beta1_d = 0.0, beta2_d = 0.0;
+  double lr = 0.0, beta1_d = 0.0, beta2_d = 0.0, weight_decay_d = 0.0;
+  // With step_count: the rate on the device, read in place of lr; decay is then derived here too.
+  const double* lr_tensor = nullptr;
 };
 
 // AdamWArgs::step_count: one more step, unless this one is skipped.
@@ -179,6 +183,11 @@ __global__ void adamw_kernel(AdamWScalars<C> s, T* param, const G* grad, C* exp_
   if (skip_step(s.found_inf)) return;
   if (s.step_count != nullptr) {
     const double step = static_cast<double>(*s.step_count);
+    if (s.lr_tensor != nullptr) {
+      s.lr = *s.lr_tensor;
+      // 1 - lr * weight_decay rounded as the host rounds it: no fused multiply-add.
+      s.decay = static_cast<C>(__dsub_rn(1.0, __dmul_rn(s.lr, s.weight_decay_d)));
+    }
     s.step_size = static_cast<C>(s.lr / (1.0 - pow(s.beta1_d, step)));
     s.inv_sqrt_bias2 = static_cast<C>(1.0 / sqrt(1.0 - pow(s.beta2_d, step)));
   }
@@ -221,6 +230,7 @@ void CudaKernels::sgd_step_impl(const SgdArgs& args) {
       s.first_step = args.first_step;
       s.rounding = args.rounding;
       s.found_inf = args.found_inf.defined() ? args.found_inf.as<const float>() : nullptr;
+      s.lr_tensor = args.lr_tensor.defined() ? args.lr_tensor.as<const double>() : nullptr;
       C* buf = use_momentum ? args.momentum_buffer.as<C>() : nullptr;
       float* master = has_master ? args.master.as<float>() : nullptr;
       const bool aligned = pack_aligned<T>(param.data) && pack_aligned<G>(grad.data) && pack_aligned<C>(buf) &&
@@ -273,6 +283,8 @@ void CudaKernels::adamw_step_impl(const AdamWArgs& args) {
         s.lr = args.lr;
         s.beta1_d = args.beta1;
         s.beta2_d = args.beta2;
+        s.weight_decay_d = args.weight_decay;
+        s.lr_tensor = args.lr_tensor.defined() ? args.lr_tensor.as<const double>() : nullptr;
       }
       C* exp_avg = args.exp_avg.as<C>();
       C* exp_avg_sq = args.exp_avg_sq.as<C>();

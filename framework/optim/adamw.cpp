@@ -41,6 +41,8 @@ void AdamW::step_unless(const Tensor& found_inf) {
     args.exp_avg_sq = detail::storage_ref_like(s.exp_avg_sq, slot.param);
     if (slot.master.defined()) args.master = detail::storage_ref_like(slot.master, slot.param);
     args.lr = o.lr;
+    const Tensor lr = device_lr(g, slot.param);
+    if (lr.defined()) args.lr_tensor = lr.ref();
     args.beta1 = o.beta1;
     args.beta2 = o.beta2;
     args.eps = o.eps;

@@ -172,10 +172,47 @@ void Optimizer::load_state_dict(const StateDict& state) {
   }
 }
 
+void Optimizer::set_capturable(bool capturable) {
+  DEMI_CHECK(!capturable || supports_capturable(), "set_capturable: this optimizer computes its step on the host, so a "
+             "captured CUDA graph would replay stale values; use SGD or AdamW");
+  capturable_ = capturable;
+  if (!capturable) device_lr_.clear();
+}
+
+void Optimizer::sync_device_lr() {
+  for (size_t g = 0; g < slots_.size(); ++g) {
+    if (!slots_[g].empty()) device_lr(g, slots_[g].front().param);
+  }
+}
+
+Tensor Optimizer::device_lr(size_t group, const Tensor& param) {
+  if (!capturable_) return Tensor();
+  if (device_lr_.size() < slots_.size()) device_lr_.resize(slots_.size());
+  DeviceLr& d = device_lr_[group];
+  const double rate = lr(group);
+  const bool fresh = !d.value.defined() || d.value.device() != param.device();
+  if (!fresh && d.written == rate) return d.value;
+  DEMI_CHECK(!kernels(param).capturing(), "optimizer: the learning rate of group ", group, " was set to ", rate,
+             " during a CUDA graph capture, which would freeze it into the graph; set it before capturing "
+             "(sync_device_lr)");
+  NoGradGuard no_grad;
+  if (fresh) {
+    d.value = full({}, rate, DType::F64, param.device());
+    d.value.set_memory_category(MemoryCategory::OptimizerState);
+  } else {
+    kernels(d.value).fill(d.value.ref(), rate);
+  }
+  d.written = rate;
+  return d.value;
+}
+
 backend::WriteRounding Optimizer::write_rounding(size_t g, size_t i, Rounding mode, uint64_t seed) {
   Slot& slot = slots_[g][i];
   backend::WriteRounding r;
   if (mode != Rounding::Stochastic || !is_half(slot.param.dtype())) return r;
+  DEMI_CHECK(!kernels(slot.param).capturing(), "optimizer: stochastic rounding draws a new stream position each step "
+             "on the host, so a captured CUDA graph would replay the same random bits; use Rounding::Nearest with "
+             "CUDA graphs");
   r.mode = mode;
   // One stream per parameter: the seed mixed with its position (splitmix64's constants), the
   // offset its elements times the steps taken, so no two draws of a run share a counter.

@@ -55,6 +55,17 @@ class Optimizer {
   // The fp32 master of a half parameter (undefined when it has none).
   Tensor master_of(const Tensor& param) const;
 
+  // PyTorch's `capturable`: each group's learning rate also lives in a one-element float64 tensor
+  // on the parameters' device, which the step kernels read, so that a captured CUDA graph steps
+  // with the rate a scheduler set before each replay (training::TrainStep's cuda_graph turns it
+  // on). Results are bit-identical either way. SGD and AdamW support it; the others refuse it.
+  virtual bool supports_capturable() const { return false; }
+  void set_capturable(bool capturable);
+  bool capturable() const { return capturable_; }
+  // Writes each group's lr() into its device tensor where it changed (one fill per such group).
+  // Outside a capture only: a capture would freeze the value into the graph. Steps call it too.
+  void sync_device_lr();
+
   // For GradScaler::unscale_: each gradient paired with where its unscaled value goes: the fp32
   // master gradient of a half parameter with a master (so a true gradient of 1e-8 survives), else
   // the gradient itself (in place). The next step() reads those targets.
@@ -108,7 +119,18 @@ class Optimizer {
   // `seed`, g and i, and its stream position, advanced here), to nearest for fp32 / fp64 ones.
   backend::WriteRounding write_rounding(size_t group, size_t index, Rounding mode, uint64_t seed);
 
+  // The rate tensor of group g for `param`'s device (synced first), undefined unless capturable.
+  Tensor device_lr(size_t group, const Tensor& param);
+
   std::vector<std::vector<Slot>> slots_;  // one list per param group
+
+ private:
+  bool capturable_ = false;
+  struct DeviceLr {
+    Tensor value;        // 0-d F64 on the group's device
+    double written = 0;  // what the last fill wrote
+  };
+  std::vector<DeviceLr> device_lr_;  // by group, while capturable
 };
 
 }  // namespace demi::optim

@@ -20,7 +20,7 @@ void SGD::step_unless(const Tensor& found_inf) {
     const Options& o = options_[g];
     check_found_inf(found_inf, slot.param);
     sgd_update(o, slot.param, slot.master, grad, momentum_, g, i, write_rounding(g, i, o.rounding, o.rounding_seed),
-               found_inf);
+               found_inf, device_lr(g, slot.param));
   });
 }
 

@@ -36,9 +36,10 @@ void MomentumBuffers::restore(size_t g, size_t i, const Tensor& buffer) {
 
 void sgd_update(const SgdOptions& o, const Tensor& param, const Tensor& master, const Tensor& grad,
                 MomentumBuffers& momentum, size_t g, size_t i, const backend::WriteRounding& rounding,
-                const Tensor& found_inf) {
+                const Tensor& found_inf, const Tensor& lr_tensor) {
   backend::SgdArgs args;
   if (found_inf.defined()) args.found_inf = found_inf.ref();
+  if (lr_tensor.defined()) args.lr_tensor = lr_tensor.ref();
   args.param = param.storage_ref();  // the others in its memory format
   args.grad = detail::storage_ref_like(grad, param);
   if (master.defined()) args.master = detail::storage_ref_like(master, param);

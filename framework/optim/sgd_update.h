@@ -51,8 +51,9 @@ class MomentumBuffers {
 // torch.optim.SGD's step of parameter (g, i) with gradient `grad`: weight decay, momentum with
 // dampening, Nesterov, in one fused kernel call that steps `master` (when defined) and writes
 // `param` through `rounding`; nothing changes when found_inf (optional, GradScaler's) is nonzero.
+// lr_tensor (optional, Optimizer::device_lr's) is the rate the kernel reads in place of o.lr.
 void sgd_update(const SgdOptions& o, const Tensor& param, const Tensor& master, const Tensor& grad,
                 MomentumBuffers& momentum, size_t g, size_t i, const backend::WriteRounding& rounding,
-                const Tensor& found_inf = Tensor());
+                const Tensor& found_inf = Tensor(), const Tensor& lr_tensor = Tensor());
 
 }  // namespace demi::optim

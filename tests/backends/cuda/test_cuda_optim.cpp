@@ -273,6 +273,55 @@ TEST(CudaOptim, FoundInfSkipsOnTheDeviceAndAdamWCountsItsStepsThere) {
   EXPECT_EQ(step_count.gpu_values(), std::vector<double>{3.0});
 }
 
+// Optimizer::set_capturable's path: the rate read from a float64 tensor on the device (lr itself
+// set to a wrong value that must be ignored) steps bit for bit as the rate passed by value, and
+// AdamW's decay 1 - lr * weight_decay, derived on the device then, rounds as the host's.
+TEST(CudaOptim, TheRateOnTheDeviceStepsAsTheRatePassedByValue) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  const size_t n = 1029;
+  const std::vector<double> init = uniform(n, -1.0, 1.0, 8);
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Mirror by_value(init, dtype, 0), from_device(init, dtype, 0), grad(uniform(n, -1.0, 1.0, 9), dtype, 0);
+    Mirror m1(std::vector<double>(n, 0.0), DType::F32, 0), v1(std::vector<double>(n, 0.0), DType::F32, 0);
+    Mirror m2(std::vector<double>(n, 0.0), DType::F32, 0), v2(std::vector<double>(n, 0.0), DType::F32, 0);
+    Mirror steps1({0.0}, DType::I64, 0), steps2({0.0}, DType::I64, 0), rate({0.0}, DType::F64, 0);
+    for (const double lr : {3e-3, 7.7e-4, 0.1}) {
+      rate.set({lr});
+      AdamWArgs a;
+      a.grad = grad.gpu_ref();
+      a.weight_decay = 0.05;
+      AdamWArgs plain = a, device = a;
+      plain.param = by_value.gpu_ref();
+      plain.exp_avg = m1.gpu_ref();
+      plain.exp_avg_sq = v1.gpu_ref();
+      plain.step_count = steps1.gpu_ref();
+      plain.lr = lr;
+      device.param = from_device.gpu_ref();
+      device.exp_avg = m2.gpu_ref();
+      device.exp_avg_sq = v2.gpu_ref();
+      device.step_count = steps2.gpu_ref();
+      device.lr = 99.0;
+      device.lr_tensor = rate.gpu_ref();
+      gpu().adamw_step(plain);
+      gpu().adamw_step(device);
+      EXPECT_EQ(from_device.gpu_values(), by_value.gpu_values()) << "adamw lr " << lr;
+      SgdArgs s;
+      s.grad = grad.gpu_ref();
+      s.weight_decay = 5e-4;
+      SgdArgs sgd_plain = s, sgd_device = s;
+      sgd_plain.param = by_value.gpu_ref();
+      sgd_plain.lr = lr;
+      sgd_device.param = from_device.gpu_ref();
+      sgd_device.lr = 99.0;
+      sgd_device.lr_tensor = rate.gpu_ref();
+      gpu().sgd_step(sgd_plain);
+      gpu().sgd_step(sgd_device);
+      EXPECT_EQ(from_device.gpu_values(), by_value.gpu_values()) << "sgd lr " << lr;
+    }
+  }
+}
+
 TEST(CudaOptim, EmptyParamIsANoOp) {
   if (cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
   Buffer empty(gpu(), 0);
