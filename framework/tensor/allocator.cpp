@@ -8,6 +8,7 @@
 #include <sstream>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -51,7 +52,8 @@ class CachingAllocator {
     const size_t size = detail::allocation_bucket(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     void* ptr = nullptr;
-    auto& free_list = free_[size];
+    const bool pooled = active_pool_ != 0 && std::this_thread::get_id() == pool_thread_;
+    auto& free_list = pooled ? pools_.at(active_pool_)[size] : free_[size];
     if (!free_list.empty()) {
       ptr = free_list.back();
       free_list.pop_back();
@@ -64,6 +66,7 @@ class CachingAllocator {
     unpoison(device_, ptr, bytes);
     poison(device_, static_cast<char*>(ptr) + bytes, size - bytes);
     sizes_[ptr] = size;
+    if (pooled) pool_of_[ptr] = active_pool_;
     stats_.allocated_bytes += static_cast<int64_t>(size);
     if (stats_.allocated_bytes > stats_.peak_allocated_bytes) stats_.peak_allocated_bytes = stats_.allocated_bytes;
     return ptr;
@@ -75,8 +78,44 @@ class CachingAllocator {
     DEMI_INTERNAL_CHECK(it != sizes_.end(), "deallocate of a pointer this allocator did not hand out");
     stats_.allocated_bytes -= static_cast<int64_t>(it->second);
     poison(device_, ptr, it->second);
-    free_[it->second].push_back(ptr);
+    FreeLists* lists = &free_;
+    auto owner = pool_of_.find(ptr);
+    if (owner != pool_of_.end()) {
+      auto pool = pools_.find(owner->second);
+      if (pool != pools_.end()) lists = &pool->second;  // else released: the block joins the cache
+      pool_of_.erase(owner);
+    }
+    (*lists)[it->second].push_back(ptr);
     sizes_.erase(it);
+  }
+
+  uint64_t create_pool() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pools_[++last_pool_];
+    return last_pool_;
+  }
+  void begin_pool(uint64_t pool) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DEMI_CHECK(pools_.count(pool), "memory pool ", pool, " of ", device_, " does not exist (released?)");
+    DEMI_CHECK(active_pool_ == 0, "memory pool ", active_pool_, " of ", device_, " is already in use; a device "
+               "records one CUDA graph at a time");
+    active_pool_ = pool;
+    pool_thread_ = std::this_thread::get_id();
+  }
+  void end_pool() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_pool_ = 0;
+  }
+  void release_pool(uint64_t pool) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pools_.find(pool);
+    if (it == pools_.end()) return;
+    if (active_pool_ == pool) active_pool_ = 0;
+    for (auto& [size, list] : it->second) {
+      auto& shared = free_[size];
+      shared.insert(shared.end(), list.begin(), list.end());
+    }
+    pools_.erase(it);
   }
 
   void empty_cache() {
@@ -104,8 +143,13 @@ class CachingAllocator {
  private:
   Device device_;
   std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> free blocks
-  std::unordered_map<void*, size_t> sizes_;              // live block -> its size class
+  using FreeLists = std::unordered_map<size_t, std::vector<void*>>;  // size class -> free blocks
+  FreeLists free_;                                                    // the shared cache
+  std::unordered_map<void*, size_t> sizes_;                           // live block -> its size class
+  std::unordered_map<uint64_t, FreeLists> pools_;                     // private pools' free blocks
+  std::unordered_map<void*, uint64_t> pool_of_;                       // live pool block -> its pool
+  uint64_t last_pool_ = 0, active_pool_ = 0;                          // 0: none
+  std::thread::id pool_thread_;                                       // the active pool's thread
   MemoryStats stats_;
 
  public:
@@ -157,6 +201,10 @@ size_t allocation_bucket(size_t bytes) {
 }
 void* allocate(const Device& device, size_t bytes) { return allocator_for(device).allocate(bytes); }
 void deallocate(const Device& device, void* ptr) { allocator_for(device).deallocate(ptr); }
+uint64_t create_pool(const Device& device) { return allocator_for(device).create_pool(); }
+void begin_pool(const Device& device, uint64_t pool) { allocator_for(device).begin_pool(pool); }
+void end_pool(const Device& device) { allocator_for(device).end_pool(); }
+void release_pool(const Device& device, uint64_t pool) { allocator_for(device).release_pool(pool); }
 }  // namespace detail
 
 MemoryStats memory_stats(const Device& device) { return allocator_for(device).stats(); }

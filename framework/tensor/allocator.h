@@ -69,6 +69,17 @@ void* allocate(const Device& device, size_t bytes);
 void deallocate(const Device& device, void* ptr);
 // The size class a request of `bytes` is rounded to (4 classes per power of two).
 size_t allocation_bucket(size_t bytes);
+
+// Private pools, for CUDA graphs (framework/cuda/graph.h): while a pool is in use on a device, the
+// allocations of the thread that began using it come from the pool's own blocks (new ones from
+// the system on a miss), and a pool block freed at any time returns to its pool, never to the
+// shared cache, so that memory a recorded graph reads or writes is handed to no other tensor.
+// release_pool gives the pool's free blocks to the shared cache; the ones still held follow when
+// they are freed. Pools are numbered from 1; one pool is in use per device at a time.
+uint64_t create_pool(const Device& device);
+void begin_pool(const Device& device, uint64_t pool);
+void end_pool(const Device& device);
+void release_pool(const Device& device, uint64_t pool);
 }  // namespace detail
 
 }  // namespace demi
