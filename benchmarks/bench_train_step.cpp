@@ -43,6 +43,7 @@ struct Config {
   int threads = 2;
   std::string json_path;
   bool profile = false;
+  bool cuda_graph = false;  // CUDA rows: the step captured once and replayed (TrainStep's cuda_graph)
 };
 
 struct Row {
@@ -50,6 +51,7 @@ struct Row {
   int64_t batch = 0;
   bool checkpointed = false;
   bool channels_last = false;
+  bool graphed = false;
   double median_s = 0, min_s = 0, max_s = 0;
   int64_t saved_peak = 0;  // autograd's saved tensors, each storage once
   MemoryReport memory;     // peaks by category over the timed steps
@@ -91,6 +93,7 @@ Row run_row(const Config& c, const std::string& net, const Device& device, const
   row.net = net;
   row.checkpointed = checkpointed;
   row.channels_last = channels_last;
+  row.graphed = c.cuda_graph && device.is_cuda();
   row.device = device.str();
   row.precision = precision;
   row.batch = batch;
@@ -121,6 +124,8 @@ Row run_row(const Config& c, const std::string& net, const Device& device, const
   training::TrainStep::Options to;
   to.device = device.kind();
   to.dtype = dtype_of(precision);
+  to.cuda_graph = row.graphed;
+  to.graph_warmup_steps = 2;  // captured at the third step: within the default 3 warm-up steps
   training::TrainStep train_step(opt, scaler, to);
 
   const Tensor x = randn({batch, 3, 32, 32}, gen, DType::F32, device).contiguous(format);
@@ -134,7 +139,7 @@ Row run_row(const Config& c, const std::string& net, const Device& device, const
   // One step, waited for: on CUDA the host would otherwise return before the kernels finish.
   auto step = [&] {
     const auto start = Clock::now();
-    train_step.run([&](int) { return cross_entropy((*model)(x), y); });
+    train_step.run({x, y}, [&](int, const std::vector<Tensor>& b) { return cross_entropy((*model)(b[0]), b[1]); });
     device_kernels.synchronize();
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
@@ -150,7 +155,7 @@ Row run_row(const Config& c, const std::string& net, const Device& device, const
   row.saved_peak = autograd::saved_tensor_stats().peak_bytes;
   row.memory = memory_report(device);
 
-  if (c.profile) {  // one more step, not among the timed ones: profiling adds its own cost
+  if (c.profile && !row.graphed) {  // one more step, not among the timed ones: profiling adds its own cost
     profiler::ProfileScope scope;
     row.profile_step_ms = 1000.0 * step();
     row.profile = profiler::entries();
@@ -169,14 +174,16 @@ void print_header() {
             << " |" << std::setw(8) << "params" << std::setw(8) << "grads" << std::setw(8) << "optim" << std::setw(8)
             << "master" << std::setw(9) << "other" << std::setw(9) << "alloc" << std::setw(9) << "reserved" << "\n";
   std::cout << std::setw(75) << "" << "   peak MB; saved: autograd's saved tensors (x fp32: over the fp32 row"
-            << " above); alloc, reserved: the allocator's; +ckpt: activations checkpointed; +cl: channels_last\n";
+            << " above); alloc, reserved: the allocator's; +ckpt: activations checkpointed; +cl: channels_last;"
+            << " +graph: CUDA graph\n";
 }
 
 // `fp32_saved`: the saved-activation peak of the fp32 row with the same net, device and batch (0: none).
 void print_row(const Row& r, int64_t fp32_saved) {
   std::ostringstream ratio;
   if (fp32_saved > 0) ratio << std::fixed << std::setprecision(2) << static_cast<double>(r.saved_peak) / fp32_saved;
-  const std::string name = r.net + (r.checkpointed ? "+ckpt" : "") + (r.channels_last ? "+cl" : "");
+  const std::string name =
+      r.net + (r.checkpointed ? "+ckpt" : "") + (r.channels_last ? "+cl" : "") + (r.graphed ? "+graph" : "");
   std::cout << std::left << std::setw(12) << name << std::setw(7) << r.device << std::setw(6) << r.precision
             << std::right << std::setw(6) << r.batch << std::fixed << std::setprecision(1) << std::setw(10)
             << static_cast<double>(r.batch) / r.median_s << std::setw(10) << 1e3 * r.median_s << std::setw(9)
@@ -211,6 +218,7 @@ json row_json(const Row& r) {
             {"batch", r.batch},
             {"checkpoint_activations", r.checkpointed},
             {"channels_last", r.channels_last},
+            {"cuda_graph", r.graphed},
             {"median_s", r.median_s},
             {"min_s", r.min_s},
             {"max_s", r.max_s},
@@ -338,6 +346,8 @@ int main(int argc, char** argv) {
                  "train_cifar --channels-last); contiguous,channels_last times both")
       ->delimiter(',')->check(CLI::IsMember({"contiguous", "channels_last"}))->capture_default_str();
   app.add_flag("--profile", c.profile, "after each row, profile one more step: time per op and backward node");
+  app.add_flag("--cuda-graph", c.cuda_graph, "CUDA rows: capture the step as a CUDA graph at the third warm-up step "
+               "and time its replays (train_cifar --cuda-graph; not profiled: a replay is one launch)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

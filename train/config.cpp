@@ -17,6 +17,12 @@ void check_config(const TrainerConfig& c) {
              "writes: add --half-params (and --master-weights none to train them without fp32 masters)");
   DEMI_CHECK(!stochastic || c.optimizer != OptimizerKind::Muon, "--rounding stochastic: Muon writes its matrices "
              "through framework ops, which round to nearest; use --optimizer sgd or adamw");
+  DEMI_CHECK(!c.cuda_graph || c.device.is_cuda(), "--cuda-graph captures the training step's CUDA kernels: add "
+             "--device cuda");
+  DEMI_CHECK(!c.cuda_graph || !stochastic, "--cuda-graph: stochastic rounding draws on the host each step, which a "
+             "captured step would freeze; use --rounding nearest");
+  DEMI_CHECK(!c.cuda_graph || c.optimizer != OptimizerKind::Muon, "--cuda-graph: Muon computes its step with "
+             "host-side values a captured step would freeze; use --optimizer sgd or adamw");
 }
 
 DType compute_dtype(Precision precision) {

@@ -57,6 +57,7 @@ struct TrainerConfig {
   int accum = 1;
   bool checkpoint_activations = false;  // each top-level block of the model recomputed in backward
   bool channels_last = false;           // model weights and input batches stored NHWC
+  bool cuda_graph = false;              // the training step captured once and replayed (TrainStep)
   uint64_t seed = 0;
   std::string out_dir = "runs/latest";
   std::string resume_dir;

@@ -61,7 +61,7 @@ void Console::resumed(const std::string& dir, int epochs_done, int64_t step) {
 void Console::banner(const TrainerConfig& c, const Environment& env, int64_t steps_per_epoch) {
   std::ostringstream line;
   line << name_of(c.model) << " " << name_of(c.precision) << (c.half_params ? " (half params)" : "")
-       << (c.channels_last ? " channels_last" : "") << " on " << env.device;
+       << (c.channels_last ? " channels_last" : "") << (c.cuda_graph ? " cuda_graph" : "") << " on " << env.device;
   if (env.device.is_cpu()) {
     line << " (" << backend::cpu_isa() << " kernels, bf16 route " << backend::cpu_bf16_route() << "; "
          << backend::cpu_tuning() << ")";

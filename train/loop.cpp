@@ -87,6 +87,7 @@ training::TrainStep::Options step_options(const TrainerConfig& c, const Environm
   const double clip = c.clip > 0 ? c.clip : std::numeric_limits<double>::infinity();
   training::TrainStep::Options o{env.device.kind(), env.dtype, clip, c.accum};
   o.ddp = parts.ddp.get();
+  o.cuda_graph = c.cuda_graph;
   return o;
 }
 
@@ -99,7 +100,7 @@ FitLoop::FitLoop(const TrainerConfig& c, const Environment& env, TrainingData& d
       first_epoch_(progress.epochs_done),
       resume_batches_(progress.batches_done_in_epoch) {
   progress_.batches_done_in_epoch = 0;  // until a step of this run
-  train_step_.set_gradient_probe([this] { probe_.capture(); });
+  train_step_.set_gradient_probe([this] { probe_.capture(); }, [this] { return probe_.armed(); });
 }
 
 // Ctrl-C or --max-steps. Data parallel: the ranks agree at every logging step (a signal reaches
@@ -159,10 +160,13 @@ PendingStep FitLoop::take_step(const data::Batch& batch) {
   const Tensor images = batch.images.to(env_.device).contiguous(input_format(c_)), labels = batch.labels.to(env_.device);
   const int64_t micro = images.size(0) / c_.accum;
   nn::Module& net = parts_.net();
-  result.r = train_step_.run([&](int i) {
-    const Tensor x = c_.accum == 1 ? images : images.slice(i * micro, (i + 1) * micro);
-    const Tensor y = c_.accum == 1 ? labels : labels.slice(i * micro, (i + 1) * micro);
-    return cross_entropy(net(x), y, {c_.label_smoothing});
+  // The batch goes in as inputs: under --cuda-graph a replay copies it into the captured step's own.
+  result.r = train_step_.run({images, labels}, [&](int i, const std::vector<Tensor>& batch) {
+    const Tensor& x = batch[0];
+    const Tensor& y = batch[1];
+    if (c_.accum == 1) return cross_entropy(net(x), y, {c_.label_smoothing});
+    return cross_entropy(net(x.slice(i * micro, (i + 1) * micro)), y.slice(i * micro, (i + 1) * micro),
+                         {c_.label_smoothing});
   });
   if (c_.loss_scale.kind == LossScale::Kind::Fixed) parts_.scaler->update(c_.loss_scale.value);
   ++progress_.step;

@@ -85,6 +85,7 @@ class UnderflowProbe {
  public:
   UnderflowProbe(std::vector<std::pair<std::string, Tensor>> named_parameters, DType format, bool enabled);
   void arm(bool on) { armed_ = on; }  // measure at the next capture()
+  bool armed() const { return enabled_ && armed_; }
   void capture();                     // TrainStep's gradient probe
   const nlohmann::json& last() const { return last_; }  // null until a capture
 

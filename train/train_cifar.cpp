@@ -100,6 +100,9 @@ void add_step_options(CLI::App& app, TrainerConfig& c) {
   app.add_flag("--channels-last", c.channels_last, "store the convolution weights and the images NHWC "
                "(PyTorch's channels_last memory format): the same results; on CUDA the convolutions, batch norm and "
                "pooling run NHWC, on the CPU they read a contiguous copy (no faster there yet, and no slower)");
+  app.add_flag("--cuda-graph", c.cuda_graph, "with --device cuda: capture the whole training step once as a CUDA "
+               "graph (after 3 eager steps) and replay it for every full batch, one launch a step instead of "
+               "hundreds: the same results; a last partial batch runs eagerly");
   app.add_option("--seed", c.seed, "seed for initialisation, shuffling and augmentation")->capture_default_str();
 }
 

@@ -15,6 +15,7 @@
 #include "framework/core/half.h"
 #include "framework/core/shape.h"
 #include "framework/core/warning.h"
+#include "framework/cuda/graph.h"
 #include "framework/dist/distributed_data_parallel.h"
 #include "framework/dist/process_group.h"
 #include "framework/dist/sync_batch_norm.h"

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "framework/amp/autocast.h"
+#include "framework/cuda/graph.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/profiler.h"
 #include "framework/dist/distributed_data_parallel.h"
@@ -24,13 +25,108 @@ TrainStep::TrainStep(optim::Optimizer& optimizer, amp::GradScaler& scaler, const
              "TrainStep: dtype must be float16, bfloat16 or float32, got ", options.dtype);
   DEMI_CHECK(options.micro_batches >= 1, "TrainStep: micro_batches must be >= 1, got ", options.micro_batches);
   DEMI_CHECK(options.clip_grad_norm >= 0.0, "TrainStep: clip_grad_norm must be >= 0, got ", options.clip_grad_norm);
+  if (options.cuda_graph) {
+    DEMI_CHECK(options.device == Device::Kind::CUDA, "TrainStep: cuda_graph records CUDA kernels, but the step runs "
+               "on ", options.device, "; turn cuda_graph off there");
+    DEMI_CHECK(!options.ddp, "TrainStep: cuda_graph with data parallel is not supported yet (the gradient all-reduce "
+               "is not captured); turn one of them off");
+    DEMI_CHECK(options.graph_warmup_steps >= 1, "TrainStep: graph_warmup_steps must be >= 1 (the first step makes "
+               "the optimizer's state), got ", options.graph_warmup_steps);
+    optimizer.set_capturable(true);  // throws for an optimizer that computes its step on the host
+  }
 }
+
+TrainStep::~TrainStep() = default;
+
+bool TrainStep::captured() const { return graph_ && graph_->has_graph(); }
 
 void TrainStep::any_rank(const Tensor& flag) {
   options_.ddp->process_group().all_reduce(flag, dist::ReduceOp::Max);
 }
 
 TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
+  DEMI_CHECK(!options_.cuda_graph, "TrainStep: with cuda_graph, call run(inputs, loss_fn) so that a replay can copy "
+             "each batch into the captured step's inputs");
+  Result result = step(loss_fn);
+  if (scheduler_) scheduler_->step();
+  return result;
+}
+
+TrainStep::Result TrainStep::run(const std::vector<Tensor>& inputs, const BatchLossFn& loss_fn) {
+  Result result;
+  if (!options_.cuda_graph || probing() || (captured() && !fits_capture(inputs))) {
+    result = step([&](int i) { return loss_fn(i, inputs); });
+  } else if (captured()) {
+    result = replay(inputs);
+  } else if (eager_steps_ < options_.graph_warmup_steps) {
+    result = step([&](int i) { return loss_fn(i, inputs); });
+    ++eager_steps_;
+  } else {
+    result = capture(inputs, loss_fn);
+  }
+  if (scheduler_) scheduler_->step();
+  return result;
+}
+
+bool TrainStep::fits_capture(const std::vector<Tensor>& inputs) const {
+  if (inputs.size() != static_inputs_.size()) return false;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& a = inputs[k];
+    const Tensor& b = static_inputs_[k];
+    if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.device() != b.device() ||
+        a.suggest_memory_format() != b.suggest_memory_format()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+namespace {
+// The step's results in tensors of their own: a replay overwrites the captured ones, and callers
+// keep results over several steps (reading them at a logging step).
+TrainStep::Result own_copy(const TrainStep::Result& r) {
+  auto copy = [](const Tensor& t) { return t.defined() ? t.clone() : t; };
+  return {copy(r.loss), copy(r.skipped), copy(r.non_finite_loss), copy(r.grad_norm)};
+}
+}  // namespace
+
+// Records one step on copies of `inputs` (filled with this batch), then replays it: the capture
+// itself runs nothing. Parameters hold the recorded gradients afterwards, as after an eager step.
+TrainStep::Result TrainStep::capture(const std::vector<Tensor>& inputs, const BatchLossFn& loss_fn) {
+  const std::vector<Tensor> params = optimizer_.parameters();
+  DEMI_CHECK(!params.empty(), "TrainStep: the optimizer has no parameters to capture a step for");
+  static_inputs_.clear();
+  for (const Tensor& x : inputs) static_inputs_.push_back(x.detach().clone());
+  optimizer_.sync_device_lr();
+  graph_ = std::make_unique<cuda::CUDAGraph>();
+  try {
+    graph_->capture_begin(params.front().device());
+    static_result_ = step([&](int i) { return loss_fn(i, static_inputs_); });
+    graph_->capture_end();
+  } catch (...) {
+    graph_.reset();  // ends the capture and gives its memory back
+    static_inputs_.clear();
+    static_result_ = Result();
+    throw;
+  }
+  captured_grads_.clear();
+  for (const Tensor& p : params) captured_grads_.emplace_back(p, p.grad());
+  graph_->replay();
+  ++replays_;
+  return own_copy(static_result_);
+}
+
+TrainStep::Result TrainStep::replay(const std::vector<Tensor>& inputs) {
+  for (size_t k = 0; k < inputs.size(); ++k) static_inputs_[k].copy_(inputs[k]);
+  optimizer_.sync_device_lr();  // the rate the scheduler set after the last step
+  graph_->replay();
+  ++replays_;
+  // An eager step since the capture (a partial batch) left its own gradients on the parameters.
+  for (const auto& [param, grad] : captured_grads_) param.set_grad(grad);
+  return own_copy(static_result_);
+}
+
+TrainStep::Result TrainStep::step(const std::function<Tensor(int)>& loss_fn) {
   Result result;
   {
     // Regions: the optimizer's kernels are no ops, so a profile would not show them otherwise.
@@ -77,7 +173,6 @@ TrainStep::Result TrainStep::run(const std::function<Tensor(int)>& loss_fn) {
       optimizer_.step_unless(result.skipped);
     }
   }
-  if (scheduler_) scheduler_->step();
   return result;
 }
 

@@ -9,6 +9,9 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "framework/amp/grad_scaler.h"
 #include "framework/core/device.h"
@@ -17,6 +20,9 @@
 
 namespace demi::dist {
 class DistributedDataParallel;
+}
+namespace demi::cuda {
+class CUDAGraph;
 }
 
 namespace demi::training {
@@ -31,6 +37,15 @@ class TrainStep {
     // Data parallel: the model's DDP wrapper. Gradients are synchronised only after the last
     // micro-batch, and a non-finite loss on any rank skips the step on every rank.
     dist::DistributedDataParallel* ddp = nullptr;
+    // CUDA graphs (with run(inputs, loss_fn)): after graph_warmup_steps eager steps the whole step
+    // (forward, backward, unscale, clipping, optimizer, scale update) is captured once and every
+    // later batch of the same shapes, dtypes and formats replays it: its inputs are copied into
+    // the captured ones, and the scheduler still runs on the host (the optimizer reads its rate
+    // from the device: Optimizer::set_capturable). Other batches (the last, partial one) and
+    // steps the gradient probe is armed for run eagerly. Results are bit-identical to eager steps.
+    // Needs a CUDA device, SGD or AdamW with nearest rounding, no data parallel, no dropout.
+    bool cuda_graph = false;
+    int graph_warmup_steps = 3;  // eager steps before the capture: optimizer state, library plans
   };
   // 0-d float32 tensors on the device. The reading methods are host reads: call them at logging
   // steps only, or a GPU waits for the step's kernels each time.
@@ -50,20 +65,44 @@ class TrainStep {
   // (GradScaler::steps_skipped() counts the skips).
   TrainStep(optim::Optimizer& optimizer, amp::GradScaler& scaler, const Options& options,
             optim::LRScheduler* scheduler = nullptr);
+  ~TrainStep();
   // loss_fn(i) runs the forward pass of micro-batch i and returns its loss.
   Result run(const std::function<Tensor(int micro_batch)>& loss_fn);
+  // The same, with the step's input tensors (images, labels) passed through: loss_fn(i, inputs)
+  // must read the batch from `inputs` only, as a captured step (cuda_graph) replays on copies.
+  using BatchLossFn = std::function<Tensor(int micro_batch, const std::vector<Tensor>& inputs)>;
+  Result run(const std::vector<Tensor>& inputs, const BatchLossFn& loss_fn);
   // Called after the backward passes, before unscaling: the gradients are still the scaled
-  // values that went through half precision (what an underflow diagnostic must look at).
-  void set_gradient_probe(std::function<void()> probe) { probe_ = std::move(probe); }
+  // values that went through half precision (what an underflow diagnostic must look at). With
+  // cuda_graph, `armed` says which steps the probe wants (those run eagerly); none: every step.
+  void set_gradient_probe(std::function<void()> probe, std::function<bool()> armed = nullptr) {
+    probe_ = std::move(probe);
+    probe_armed_ = std::move(armed);
+  }
+  // Whether a captured step exists (cuda_graph) and how many steps replayed it.
+  bool captured() const;
+  int64_t replays() const { return replays_; }
 
  private:
+  Result step(const std::function<Tensor(int)>& loss_fn);  // everything but the scheduler
   void any_rank(const Tensor& flag);  // max of a 0-d flag over the ranks of options_.ddp's group, in place
+  bool probing() const { return probe_ && (!probe_armed_ || probe_armed_()); }
+  bool fits_capture(const std::vector<Tensor>& inputs) const;  // same shapes, dtypes, formats
+  Result capture(const std::vector<Tensor>& inputs, const BatchLossFn& loss_fn);
+  Result replay(const std::vector<Tensor>& inputs);
 
   optim::Optimizer& optimizer_;
   amp::GradScaler& scaler_;
   Options options_;
   optim::LRScheduler* scheduler_;
   std::function<void()> probe_;
+  std::function<bool()> probe_armed_;
+  // cuda_graph: the recording, its inputs and results, and each parameter's gradient after it.
+  std::unique_ptr<cuda::CUDAGraph> graph_;
+  std::vector<Tensor> static_inputs_;
+  Result static_result_;
+  std::vector<std::pair<Tensor, Tensor>> captured_grads_;
+  int64_t eager_steps_ = 0, replays_ = 0;
 };
 
 }  // namespace demi::training

@@ -47,7 +47,8 @@ def load(paths):
 
 def demi_rows(runs, device):
     """(net, precision, batch) -> demi's row of its faster layout, rows of `device` only (torch_train_step
-    ran on one device); each row gains "layout" ("cl" for channels_last, else "")."""
+    ran on one device); each row gains "layout" ("cl" for channels_last, else "", with "+graph" for a
+    step replayed as a CUDA graph)."""
     rows = {}
     for run in runs:
         for r in run.get("rows", []):
@@ -55,7 +56,10 @@ def demi_rows(runs, device):
                 continue
             key = (r["net"], r["precision"], r["batch"])
             if key not in rows or r["img_s"] > rows[key]["img_s"]:
-                rows[key] = dict(r, layout="cl" if r.get("channels_last") else "")
+                layout = "cl" if r.get("channels_last") else ""
+                if r.get("cuda_graph"):
+                    layout = (layout or "nchw") + "+graph"
+                rows[key] = dict(r, layout=layout)
     return rows
 
 

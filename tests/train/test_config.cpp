@@ -74,5 +74,21 @@ TEST(Config, CrossFlagRulesNameTheFlags) {
   EXPECT_THAT(test::error_of([&] { train::check_config(c); }), HasSubstr("Muon writes its matrices"));
 }
 
+TEST(Config, CudaGraphNeedsCudaAndAStepMadeOnTheDevice) {
+  train::TrainerConfig c;
+  c.cuda_graph = true;
+  EXPECT_THAT(test::error_of([&] { train::check_config(c); }), HasSubstr("--cuda-graph captures the training step's "
+                                                                          "CUDA kernels: add --device cuda"));
+  c.device = Device::cuda(0);  // checking the flags needs no GPU
+  EXPECT_EQ(test::error_of([&] { train::check_config(c); }), "(no error)");
+  c.optimizer = train::OptimizerKind::Muon;
+  EXPECT_THAT(test::error_of([&] { train::check_config(c); }), HasSubstr("--cuda-graph: Muon computes its step"));
+  c.optimizer = train::OptimizerKind::Sgd;
+  c.precision = train::Precision::Bf16;
+  c.half_params = true;
+  c.rounding = optim::Rounding::Stochastic;
+  EXPECT_THAT(test::error_of([&] { train::check_config(c); }), HasSubstr("use --rounding nearest"));
+}
+
 }  // namespace
 }  // namespace demi
