@@ -25,7 +25,7 @@ GradScaler::GradScaler(const Options& o) : options_(o) {
 void GradScaler::lazy_init(const Device& device) {
   if (scale_.defined()) return;
   scale_ = full({}, options_.init_scale, DType::F32, device);
-  growth_tracker_ = zeros({}, DType::I64, device);
+  growth_tracker_ = full({}, static_cast<double>(init_growth_tracker_), DType::I64, device);
   step_counts_ = zeros({3}, DType::I64, device);
 }
 
@@ -162,7 +162,7 @@ double GradScaler::get_scale() const {
 
 int64_t GradScaler::get_growth_tracker() const {
   if (!options_.enabled) return 0;
-  return growth_tracker_.defined() ? growth_tracker_.item<int64_t>() : 0;
+  return growth_tracker_.defined() ? growth_tracker_.item<int64_t>() : init_growth_tracker_;
 }
 
 std::map<std::string, double> GradScaler::state_dict() const {
@@ -184,10 +184,16 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
   options_.growth_factor = state.at("growth_factor");
   options_.backoff_factor = state.at("backoff_factor");
   options_.growth_interval = static_cast<int64_t>(state.at("growth_interval"));
-  const Device device = scale_.defined() ? scale_.device() : Device::cpu();
-  scale_ = full({}, state.at("scale"), DType::F32, device);
-  growth_tracker_ = full({}, state.at("_growth_tracker"), DType::I64, device);
-  if (!step_counts_.defined()) step_counts_ = zeros({3}, DType::I64, device);
+  if (scale_.defined()) {  // in place: a captured CUDA graph holds these very tensors
+    NoGradGuard no_grad;
+    scale_.fill_(state.at("scale"));
+    growth_tracker_.fill_(state.at("_growth_tracker"));
+    return;
+  }
+  // Not scaled yet: the values wait for the first scale(), which makes the state on the loss's
+  // device (PyTorch keeps _init_scale and _init_growth_tracker so).
+  options_.init_scale = state.at("scale");
+  init_growth_tracker_ = static_cast<int64_t>(state.at("_growth_tracker"));
 }
 
 }  // namespace demi::amp

@@ -89,6 +89,7 @@ class GradScaler {
   Options options_;
   Tensor scale_;           // 0-d F32, created on the first scale() on the loss's device
   Tensor growth_tracker_;  // 0-d I64
+  int64_t init_growth_tracker_ = 0;  // what growth_tracker_ starts at (load_state_dict before scale())
   Tensor step_counts_;     // 3 I64: taken, skipped, skipped in a row (ScaleUpdateArgs)
   std::unordered_map<const optim::Optimizer*, OptimizerState> per_optimizer_;
   Tensor last_found_inf_;

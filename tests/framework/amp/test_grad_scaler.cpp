@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <string>
 
 #include "framework/demi/demi.h"
 #include "support/error_of.h"
@@ -314,6 +316,24 @@ TEST(GradScaler, StateDictRoundTripsWithPyTorchsKeys) {
   EXPECT_EQ(b.get_scale(), 16384.0);
   EXPECT_EQ(b.get_growth_tracker(), 1);
   EXPECT_THAT(error_of([&] { b.load_state_dict({}); }), HasSubstr("saved from a disabled GradScaler"));
+}
+
+// Loaded before the first scale(), the values wait for it and the state is made on the loss's
+// device then (a CUDA run resuming from a checkpoint); loaded later, they are written in place.
+TEST(GradScaler, LoadedStateStartsAtTheFirstScaleOrIsWrittenInPlace) {
+  GradScaler saved;
+  saved.scale(ones({}));
+  saved.update(512.0);
+  std::map<std::string, double> state = saved.state_dict();
+  state["_growth_tracker"] = 3.0;
+  GradScaler fresh;
+  fresh.load_state_dict(state);
+  EXPECT_EQ(fresh.scale(ones({})).item<float>(), 512.0f);
+  EXPECT_EQ(fresh.get_growth_tracker(), 3);
+  state["scale"] = 64.0;
+  fresh.load_state_dict(state);
+  EXPECT_EQ(fresh.get_scale(), 64.0);
+  EXPECT_EQ(fresh.scale(ones({})).item<float>(), 64.0f);
 }
 
 TEST(GradScaler, WarnsOnceWhenTheScaleCollapses) {
