@@ -52,6 +52,12 @@ void AdamW::step_unless(const Tensor& found_inf) {
   });
 }
 
+std::vector<double> AdamW::step_constants() const {
+  std::vector<double> out;
+  for (const Options& o : options_) out.insert(out.end(), {o.beta1, o.beta2, o.eps, o.weight_decay});
+  return out;
+}
+
 std::vector<std::pair<std::string, Tensor>> AdamW::slot_state(size_t g, size_t i) const {
   const State& s = state_[g][i];
   if (!s.exp_avg.defined()) return {};

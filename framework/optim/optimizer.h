@@ -65,6 +65,10 @@ class Optimizer {
   // Writes each group's lr() into its device tensor where it changed (one fill per such group).
   // Outside a capture only: a capture would freeze the value into the graph. Steps call it too.
   void sync_device_lr();
+  // The values other than lr that a step hands its kernels by value (momentum, betas, weight
+  // decay ... of every group): a captured step freezes them, so TrainStep captures again when
+  // they change (a schedule that cycles momentum).
+  virtual std::vector<double> step_constants() const { return {}; }
 
   // For GradScaler::unscale_: each gradient paired with where its unscaled value goes: the fp32
   // master gradient of a half parameter with a master (so a true gradient of 1e-8 survives), else

@@ -24,6 +24,14 @@ void SGD::step_unless(const Tensor& found_inf) {
   });
 }
 
+std::vector<double> SGD::step_constants() const {
+  std::vector<double> out;
+  for (const Options& o : options_) {
+    out.insert(out.end(), {o.momentum, o.dampening, o.weight_decay, o.nesterov ? 1.0 : 0.0});
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, Tensor>> SGD::slot_state(size_t g, size_t i) const { return momentum_.state(g, i); }
 
 void SGD::load_slot_state(size_t g, size_t i, std::map<std::string, Tensor>& named) {

@@ -27,6 +27,7 @@ class SGD : public Optimizer {
   void step_unless(const Tensor& found_inf) override;
   bool skips_on_device() const override { return true; }
   bool supports_capturable() const override { return true; }
+  std::vector<double> step_constants() const override;
   double lr(size_t group) const override { return options_.at(group).lr; }
   void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
   bool has_momentum() const override { return true; }

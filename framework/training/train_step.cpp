@@ -7,6 +7,7 @@
 #include "framework/cuda/graph.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/profiler.h"
+#include "framework/core/warning.h"
 #include "framework/dist/distributed_data_parallel.h"
 #include "framework/tensor/factories.h"
 #include "framework/ops/ops.h"
@@ -56,8 +57,16 @@ TrainStep::Result TrainStep::run(const std::vector<Tensor>& inputs, const BatchL
   Result result;
   if (!options_.cuda_graph || probing() || (captured() && !fits_capture(inputs))) {
     result = step([&](int i) { return loss_fn(i, inputs); });
-  } else if (captured()) {
+  } else if (captured() && frozen_constants() == captured_constants_) {
     result = replay(inputs);
+  } else if (captured()) {  // a hyperparameter the capture froze has changed: record the step again
+    if (captures_ == 2) {
+      warn("TrainStep: the optimizer's momentum, betas or weight decay (or the scaler's factors) keep changing, so "
+           "the CUDA graph is captured again each time; a schedule that cycles momentum (OneCycle's default) "
+           "defeats cuda_graph: use OneCycle::Momentum{false} or turn cuda_graph off");
+    }
+    graph_.reset();
+    result = capture(inputs, loss_fn);
   } else if (eager_steps_ < options_.graph_warmup_steps) {
     result = step([&](int i) { return loss_fn(i, inputs); });
     ++eager_steps_;
@@ -111,9 +120,19 @@ TrainStep::Result TrainStep::capture(const std::vector<Tensor>& inputs, const Ba
   }
   captured_grads_.clear();
   for (const Tensor& p : params) captured_grads_.emplace_back(p, p.grad());
+  captured_constants_ = frozen_constants();
+  ++captures_;
   graph_->replay();
   ++replays_;
   return own_copy(static_result_);
+}
+
+std::vector<double> TrainStep::frozen_constants() const {
+  std::vector<double> out = optimizer_.step_constants();
+  const amp::GradScaler::Options& s = scaler_.options();
+  out.insert(out.end(), {s.growth_factor, s.backoff_factor, static_cast<double>(s.growth_interval),
+                         s.min_scale.value_or(-1.0), s.max_scale.value_or(-1.0)});
+  return out;
 }
 
 TrainStep::Result TrainStep::replay(const std::vector<Tensor>& inputs) {

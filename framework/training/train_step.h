@@ -82,6 +82,7 @@ class TrainStep {
   // Whether a captured step exists (cuda_graph) and how many steps replayed it.
   bool captured() const;
   int64_t replays() const { return replays_; }
+  int64_t captures() const { return captures_; }
 
  private:
   Result step(const std::function<Tensor(int)>& loss_fn);  // everything but the scheduler
@@ -90,6 +91,9 @@ class TrainStep {
   bool fits_capture(const std::vector<Tensor>& inputs) const;  // same shapes, dtypes, formats
   Result capture(const std::vector<Tensor>& inputs, const BatchLossFn& loss_fn);
   Result replay(const std::vector<Tensor>& inputs);
+  // What a capture freezes besides the memory it uses: the optimizer's step constants and the
+  // scaler's update factors. A replay whose constants differ captures again.
+  std::vector<double> frozen_constants() const;
 
   optim::Optimizer& optimizer_;
   amp::GradScaler& scaler_;
@@ -102,7 +106,8 @@ class TrainStep {
   std::vector<Tensor> static_inputs_;
   Result static_result_;
   std::vector<std::pair<Tensor, Tensor>> captured_grads_;
-  int64_t eager_steps_ = 0, replays_ = 0;
+  std::vector<double> captured_constants_;
+  int64_t eager_steps_ = 0, replays_ = 0, captures_ = 0;
 };
 
 }  // namespace demi::training

@@ -2,8 +2,9 @@
 // recorded throws a named error and leaves the device usable; random draws are refused. A
 // training step captured by TrainStep (fp16 + GradScaler + accumulation + clipping + AdamW under a
 // schedule, NCHW and channels_last, an inf batch and a partial batch among them) leaves weights,
-// scale and skip count bit-identical to the same steps run eagerly, replays make no host read, and
-// a bad label in a replayed step is still reported. Skips (one line) without a device.
+// scale and skip count bit-identical to the same steps run eagerly, replays make no host read, a
+// momentum that a schedule moves makes the step be captured again, and a bad label in a replayed
+// step is still reported. Skips (one line) without a device.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_test_util.h"
@@ -130,6 +132,44 @@ TEST(TrainStepGraphCuda, ReplayedStepsAreBitIdenticalToEagerOnes) {
     ASSERT_EQ(graphed.weights.size(), eager.weights.size());
     for (size_t k = 0; k < eager.weights.size(); ++k) EXPECT_EQ(graphed.weights[k], eager.weights[k]) << "parameter " << k;
   }
+}
+
+// OneCycle cycles SGD's momentum each step, a value the capture froze: every such step is captured
+// again, so the weights still match eager steps bit for bit (and a warning says it is slow).
+TEST(TrainStepGraphCuda, AChangedMomentumIsCapturedAgain) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << kNoDevice;
+  const Device cuda = Device::cuda(0);
+  auto train_linear = [&](bool graphed, int64_t* captures) {
+    Generator gen(8);
+    nn::Linear net(nn::Linear::Options{8, 10}, gen);
+    net.to(cuda);
+    optim::SGD::Options o;
+    o.lr = 0.1;
+    o.momentum = 0.9;
+    optim::SGD sgd(net.parameters(), o);
+    optim::OneCycle schedule(sgd, 12);  // momentum cycled between 0.85 and 0.95
+    amp::GradScaler scaler;
+    training::TrainStep::Options so{Device::Kind::CUDA, DType::F16};
+    so.cuda_graph = graphed;
+    training::TrainStep step(sgd, scaler, so, &schedule);
+    const Tensor labels = tensor(std::vector<int64_t>{0, 1, 2, 3}, {4}).to(cuda);
+    for (int k = 0; k < 10; ++k) {
+      const Tensor x = randn({4, 8}, gen).to(cuda);
+      step.run({x, labels}, [&](int, const std::vector<Tensor>& b) { return cross_entropy(net(b[0]), b[1]); });
+    }
+    *captures = step.captures();
+    return net.weight.to_vector<float>();
+  };
+  std::vector<std::string> warnings;
+  const WarningHandler previous = set_warning_handler([&](const std::string& m) { warnings.push_back(m); });
+  int64_t eager_captures = 0, graph_captures = 0;
+  const std::vector<float> eager = train_linear(false, &eager_captures), graphed = train_linear(true, &graph_captures);
+  set_warning_handler(previous);
+  EXPECT_EQ(graphed, eager);
+  EXPECT_EQ(eager_captures, 0);
+  EXPECT_EQ(graph_captures, 10 - 3);  // each step after the warm-up, as the momentum moves every step
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("captured again each time"));
 }
 
 TEST(TrainStepGraphCuda, ABadLabelInAReplayedStepIsReported) {
