@@ -4,14 +4,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/augment_geometry.h"
 #include "backends/cpu/common.h"
 #include "backends/cpu/cpu_kernels.h"
 
 namespace demi::backend::cpu {
 namespace {
-
-// Source index of coordinate i (in (-n, 2n - 1)) of an image side n mirrored at its border.
-int64_t reflect(int64_t i, int64_t n) { return i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i); }
 
 template <typename T>
 void augment_typed(const AugmentArgs& a) {
@@ -27,14 +25,10 @@ void augment_typed(const AugmentArgs& a) {
     const int64_t* p = plan + 6 * b;
     const uint8_t* src = images + p[0] * 3 * plane;
     T* image = out + b * 3 * plane;
-    for (int64_t x = 0; x < w; ++x) {
-      int64_t sx = (p[3] != 0 ? w - 1 - x : x) + p[2];
-      if (a.reflect) sx = reflect(sx, w);
-      cols[x] = sx >= 0 && sx < w ? sx : -1;
-    }
+    for (int64_t x = 0; x < w; ++x) cols[x] = augment::source_col(p, x, w, a.reflect);
     for (int64_t y = 0; y < h; ++y) {
-      const int64_t sy = a.reflect ? reflect(y + p[1], h) : y + p[1];
-      const bool row_inside = sy >= 0 && sy < h;
+      const int64_t sy = augment::source_row(p, y, h, a.reflect);
+      const bool row_inside = sy >= 0;
       for (int64_t c = 0; c < 3; ++c) {
         const uint8_t* src_row = src + c * plane + (row_inside ? sy * w : 0);
         const float* channel_lut = lut + c * 256;
@@ -43,9 +37,10 @@ void augment_typed(const AugmentArgs& a) {
           dst[x * x_step] = static_cast<T>(channel_lut[row_inside && cols[x] >= 0 ? src_row[cols[x]] : 0]);
       }
     }
-    if (a.cutout > 0 && p[4] >= 0) {  // the square, clipped at the border
-      const int64_t y0 = std::max<int64_t>(0, p[4] - a.cutout / 2), y1 = std::min(h, p[4] - a.cutout / 2 + a.cutout);
-      const int64_t x0 = std::max<int64_t>(0, p[5] - a.cutout / 2), x1 = std::min(w, p[5] - a.cutout / 2 + a.cutout);
+    if (augment::has_cutout(p, a.cutout)) {  // the square, clipped at the border
+      const int64_t top = augment::cutout_y0(p, a.cutout), left = augment::cutout_x0(p, a.cutout);
+      const int64_t y0 = std::max<int64_t>(0, top), y1 = std::min(h, top + a.cutout);
+      const int64_t x0 = std::max<int64_t>(0, left), x1 = std::min(w, left + a.cutout);
       for (int64_t c = 0; c < 3; ++c)
         for (int64_t y = y0; y < y1; ++y)
           for (int64_t x = x0; x < x1; ++x) image[c * c_step + (y * w + x) * x_step] = static_cast<T>(0.0f);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backends/augment_geometry.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_types.cuh"
@@ -19,8 +20,6 @@ struct AugmentShape {
   int cutout;
   bool reflect, channels_last;
 };
-
-__device__ inline int64_t reflect(int64_t i, int64_t n) { return i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i); }
 
 template <typename T>
 __global__ void augment_kernel(const uint8_t* images, const float* lut, const int64_t* plan, T* out, AugmentShape s,
@@ -38,13 +37,13 @@ __global__ void augment_kernel(const uint8_t* images, const float* lut, const in
       c = bc % 3, b = bc / 3;
     }
     const int64_t* p = plan + 6 * b;
-    const int64_t sy = s.reflect ? reflect(y + p[1], s.h) : y + p[1];
-    int64_t sx = (p[3] ? s.w - 1 - x : x) + p[2];
-    if (s.reflect) sx = reflect(sx, s.w);
-    const bool inside = sy >= 0 && sy < s.h && sx >= 0 && sx < s.w;
+    const int64_t sy = augment::source_row(p, y, s.h, s.reflect), sx = augment::source_col(p, x, s.w, s.reflect);
+    const bool inside = sy >= 0 && sx >= 0;
     float v = lut[c * 256 + (inside ? images[(p[0] * 3 + c) * plane + sy * s.w + sx] : 0)];
-    const int64_t y0 = p[4] - s.cutout / 2, x0 = p[5] - s.cutout / 2;
-    if (s.cutout > 0 && p[4] >= 0 && y >= y0 && y < y0 + s.cutout && x >= x0 && x < x0 + s.cutout) v = 0.0f;
+    if (augment::has_cutout(p, s.cutout)) {
+      const int64_t y0 = augment::cutout_y0(p, s.cutout), x0 = augment::cutout_x0(p, s.cutout);
+      if (y >= y0 && y < y0 + s.cutout && x >= x0 && x < x0 + s.cutout) v = 0.0f;
+    }
     out[i] = Narrow<T>::from(v);
   }
 }
