@@ -130,7 +130,9 @@ TEST(TrainStepGraphCuda, ReplayedStepsAreBitIdenticalToEagerOnes) {
     EXPECT_EQ(graphed.scale, eager.scale);
     EXPECT_EQ(graphed.losses, eager.losses);
     ASSERT_EQ(graphed.weights.size(), eager.weights.size());
-    for (size_t k = 0; k < eager.weights.size(); ++k) EXPECT_EQ(graphed.weights[k], eager.weights[k]) << "parameter " << k;
+    for (size_t k = 0; k < eager.weights.size(); ++k) {
+      EXPECT_EQ(graphed.weights[k], eager.weights[k]) << "parameter " << k;
+    }
   }
 }
 
@@ -190,7 +192,8 @@ TEST(TrainStepGraphCuda, ABadLabelInAReplayedStepIsReported) {
   ASSERT_TRUE(step.captured());
   const Tensor bad = tensor(std::vector<int64_t>{0, 1, 12, 3}, {4}).to(cuda);
   const training::TrainStep::Result r = step.run({x, bad}, loss);
-  EXPECT_THAT(error_of([&] { r.loss_value(); }), HasSubstr("cross_entropy: target[2] = 12 is out of range for 10 classes"));
+  EXPECT_THAT(error_of([&] { r.loss_value(); }),
+              HasSubstr("cross_entropy: target[2] = 12 is out of range for 10 classes"));
   EXPECT_TRUE(std::isfinite(step.run({x, good}, loss).loss_value()));  // read and cleared
 }
 

@@ -24,7 +24,8 @@ using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(const std:
 // the parameters (and, for half ones, the fp32 masters) after them.
 std::vector<Tensor> train(const MakeOptimizer& make, DType dtype, bool capturable) {
   Generator gen(11);
-  std::vector<Tensor> params = {randn({5, 7}, gen).to(dtype).requires_grad_(), randn({7}, gen).to(dtype).requires_grad_()};
+  std::vector<Tensor> params = {randn({5, 7}, gen).to(dtype).requires_grad_(),
+                                randn({7}, gen).to(dtype).requires_grad_()};
   std::unique_ptr<optim::Optimizer> opt = make(params);
   opt->set_capturable(capturable);
   optim::CosineWithWarmup schedule(*opt, 2, 6);
