@@ -1,13 +1,13 @@
-// TrainStep::run: the order of the AMP step, in one place.
+// TrainStep::run: the order of the AMP step, in one place, and its capture as a CUDA graph (cuda_graph).
 #include "framework/training/train_step.h"
 
 #include <optional>
 
 #include "framework/amp/autocast.h"
-#include "framework/cuda/graph.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/profiler.h"
 #include "framework/core/warning.h"
+#include "framework/cuda/graph.h"
 #include "framework/dist/distributed_data_parallel.h"
 #include "framework/tensor/factories.h"
 #include "framework/ops/ops.h"
