@@ -43,16 +43,10 @@ void adamw_typed(const AdamWArgs& args, int64_t step) {
 
 }  // namespace
 
-void CpuKernels::adamw_step_impl(const AdamWArgs& args) {
+void CpuKernels::adamw_step_impl(const AdamWArgs& given) {
   constexpr const char* op = "adamw_step";
-  if (found_inf_set(args.found_inf)) return;  // a skipped step changes nothing, its count included
-  if (args.lr_tensor.defined()) {  // host memory here: read it and take the plain path
-    AdamWArgs with_lr = args;
-    with_lr.lr = *args.lr_tensor.as<const double>();
-    with_lr.lr_tensor = TensorRef();
-    adamw_step_impl(with_lr);
-    return;
-  }
+  if (found_inf_set(given.found_inf)) return;  // a skipped step changes nothing, its count included
+  const AdamWArgs args = with_host_lr(given);
   int64_t step = args.step;
   if (args.step_count.defined()) step = ++*args.step_count.as<int64_t>();
   const TensorRef& param = args.param;

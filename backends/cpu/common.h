@@ -261,4 +261,15 @@ inline bool found_inf_set(const TensorRef& found_inf) {
   return found_inf.defined() && *found_inf.as<float>() != 0.0f;
 }
 
+// An optimizer's arguments (SgdArgs, AdamWArgs) with their lr_tensor, host memory on the CPU, read
+// into lr: the step then runs the one path that takes the rate by value.
+template <typename Args>
+Args with_host_lr(Args args) {
+  if (args.lr_tensor.defined()) {
+    args.lr = *args.lr_tensor.template as<const double>();
+    args.lr_tensor = TensorRef();
+  }
+  return args;
+}
+
 }  // namespace demi::backend::cpu

@@ -38,16 +38,10 @@ void sgd_typed(const SgdArgs& args) {
 
 }  // namespace
 
-void CpuKernels::sgd_step_impl(const SgdArgs& args) {
+void CpuKernels::sgd_step_impl(const SgdArgs& given) {
   constexpr const char* op = "sgd_step";
-  if (found_inf_set(args.found_inf)) return;  // a skipped step changes nothing
-  if (args.lr_tensor.defined()) {  // host memory here: read it and take the plain path
-    SgdArgs with_lr = args;
-    with_lr.lr = *args.lr_tensor.as<const double>();
-    with_lr.lr_tensor = TensorRef();
-    sgd_step_impl(with_lr);
-    return;
-  }
+  if (found_inf_set(given.found_inf)) return;  // a skipped step changes nothing
+  const SgdArgs args = with_host_lr(given);
   const TensorRef& param = args.param;
   const TensorRef& grad = args.grad;
   const bool has_master = args.master.defined();
